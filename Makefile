@@ -1,0 +1,28 @@
+# The two README commands. Each creates .venv and installs what it needs on first use.
+PY ?= python3
+VENV := .venv
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: serve test
+
+serve: $(VENV)/.installed-serve
+	$(VENV)/bin/realtime-tts serve --host $(HOST) --port $(PORT) $(ARGS)
+
+test: $(VENV)/.installed-test
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+$(VENV)/bin/python:
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed-serve: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e .
+	touch $@
+
+# The reference `omnivoice` package is the parity oracle only: installed without its training/UI
+# dependencies (gradio, webdataset, ...), which the model code we compare against never imports.
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q --no-deps omnivoice==0.2.1
+	touch $@ $(VENV)/.installed-serve

@@ -1,0 +1,165 @@
+"""Configuration: one frozen dataclass per concern, read from REALTIME_TTS_* env vars then CLI flags.
+
+Every field name is unique across sections, so each has exactly one env var (REALTIME_TTS_<FIELD>) and one
+CLI flag (--<field-with-dashes>). Leaf module: imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ENV_PREFIX = "REALTIME_TTS_"
+
+
+def _doc(text: str, **kw: Any) -> Any:
+    return field(metadata={"doc": text}, **kw)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = _doc("Interface to bind.", default="127.0.0.1")
+    port: int = _doc("TCP port to bind.", default=8000)
+    log_level: str = _doc("uvicorn/log level: debug, info, warning, error.", default="info")
+    max_ws_message_bytes: int = _doc("Largest WebSocket frame accepted (close 1009 above).", default=1 << 20)
+
+
+@dataclass(frozen=True)
+class CpuVoiceConfig:
+    cpu_workers: int = _doc("Threads (each with its own ONNX session) running the CPU voice; 0 = cores.", default=0)
+    cpu_threads_per_worker: int = _doc("onnxruntime intra-op threads per CPU-voice worker.", default=1)
+
+
+@dataclass(frozen=True)
+class OmniVoiceConfig:
+    model: str | None = _doc("OmniVoice checkpoint directory; unset = the embedded CPU voice only.", default=None)
+    dtype: str = _doc("OmniVoice weights dtype: bf16, fp16 or fp32.", default="bf16")
+    device: str = _doc("Torch device for OmniVoice workers: cuda or cpu (auto = cuda if present).", default="auto")
+    gpus: int = _doc("Number of GPU workers (0 = every visible GPU).", default=0)
+    max_batch_tokens: int = _doc("Token budget per diffusion step across the running batch.", default=16384)
+    voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
+
+
+@dataclass(frozen=True)
+class PacingConfig:
+    lead_in_ms: int = _doc("Silence kept before the first segment of a response.", default=80)
+    gap_ms: int = _doc("Pause between consecutive sentences (split evenly across the join).", default=240)
+    tail_ms: int = _doc("Silence kept after the last segment of a response.", default=120)
+    silence_db: float = _doc("Level (dBFS) under which edge audio counts as silence when trimming.", default=-45.0)
+    first_frame_ms: int = _doc("Duration of the first PCM frame of a response (small: players start early).",
+                               default=30)
+    frame_ms: int = _doc("Duration of the later PCM frames.", default=120)
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    min_chars: int = _doc("A streamed fragment shorter than this stays buffered.", default=4)
+    first_segment_min_chars: int = _doc("First unit of a turn may cut at a clause once this long.", default=24)
+    target_chars: int = _doc("Preferred unit length after the first.", default=160)
+    max_chars: int = _doc("Units longer than this are cut at clause marks, then spaces, then hard.", default=320)
+    max_text_chars: int = _doc("Largest text accepted in one request.", default=50_000)
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    cpu: CpuVoiceConfig = field(default_factory=CpuVoiceConfig)
+    omnivoice: OmniVoiceConfig = field(default_factory=OmniVoiceConfig)
+    pacing: PacingConfig = field(default_factory=PacingConfig)
+    text: TextConfig = field(default_factory=TextConfig)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def sections() -> dict[str, type[Any]]:
+    """Section name → dataclass, in Config order."""
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def _base_type(tp: Any) -> type[Any]:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return typing.cast(type[Any], args[0])
+    return typing.cast(type[Any], tp)
+
+
+def _parse(name: str, raw: Any, tp: Any) -> Any:
+    base = _base_type(tp)
+    if raw is None or (isinstance(raw, str) and raw == "" and base is not str):
+        return None
+    try:
+        if base is bool and isinstance(raw, str):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        return base(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: cannot read {raw!r} as {base.__name__}") from None
+
+
+def load_config(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Defaults ← REALTIME_TTS_* env vars ← overrides (CLI flags; keys are field names, None = unset)."""
+    env = os.environ if env is None else env
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    known = {f.name for cls in sections().values() for f in dataclasses.fields(cls)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
+    built: dict[str, Any] = {}
+    for section, cls in sections().items():
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            env_name = ENV_PREFIX + f.name.upper()
+            if f.name in overrides:
+                values[f.name] = _parse(f.name, overrides[f.name], hints[f.name])
+            elif env_name in env:
+                values[f.name] = _parse(env_name, env[env_name], hints[f.name])
+        built[section] = cls(**values)
+    cfg = Config(**built)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    def check(ok: bool, msg: str) -> None:
+        if not ok:
+            raise ConfigError(msg)
+
+    check(0 < cfg.server.port < 65536, f"port must be 1..65535, got {cfg.server.port}")
+    check(cfg.cpu.cpu_workers >= 0, f"cpu_workers must be >= 0, got {cfg.cpu.cpu_workers}")
+    check(cfg.cpu.cpu_threads_per_worker >= 1,
+          f"cpu_threads_per_worker must be >= 1, got {cfg.cpu.cpu_threads_per_worker}")
+    check(cfg.omnivoice.dtype in ("bf16", "fp16", "fp32"), f"dtype must be bf16, fp16 or fp32, got {cfg.omnivoice.dtype!r}")
+    check(cfg.omnivoice.device in ("auto", "cuda", "cpu"), f"device must be auto, cuda or cpu, got {cfg.omnivoice.device!r}")
+    check(cfg.omnivoice.gpus >= 0, f"gpus must be >= 0, got {cfg.omnivoice.gpus}")
+    for name in ("lead_in_ms", "gap_ms", "tail_ms", "first_frame_ms", "frame_ms"):
+        value = getattr(cfg.pacing, name)
+        check(0 <= value <= 5000, f"{name} must be 0..5000 ms, got {value}")
+    check(cfg.pacing.first_frame_ms > 0 and cfg.pacing.frame_ms > 0, "frame sizes must be > 0 ms")
+    t = cfg.text
+    check(1 <= t.min_chars <= t.first_segment_min_chars <= t.max_chars,
+          f"need 1 <= min_chars ({t.min_chars}) <= first_segment_min_chars ({t.first_segment_min_chars}) "
+          f"<= max_chars ({t.max_chars})")
+    check(t.min_chars <= t.target_chars <= t.max_chars,
+          f"need min_chars <= target_chars ({t.target_chars}) <= max_chars ({t.max_chars})")
+
+
+def field_docs() -> list[tuple[str, str, Any, str]]:
+    """(section, field, default, doc) for every field: used by the CLI and the README."""
+    out = []
+    for section, cls in sections().items():
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else None
+            out.append((section, f.name, default, str(f.metadata.get("doc", ""))))
+    return out

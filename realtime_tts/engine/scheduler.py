@@ -1,0 +1,179 @@
+"""Step-level scheduler of one OmniVoice worker: which segments run the next diffusion step.
+
+Plain Python with an injected clock, so it is unit-tested without a GPU. Must not import torch, numpy or
+the model: it only sees request ids, token counts, step counts, priorities and deadlines.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Priority classes of engine.base (0 first segment of a turn, 1 live stream, 2 bulk). An item that has
+# waited longer than max_wait_s since it last ran is promoted above all of them: nothing starves.
+_CLASS_AGED = -1
+
+
+@dataclass(slots=True)
+class _Item:
+    request_id: str
+    num_tokens: int  # tokens this item adds to one step: cond row + uncond row
+    num_steps: int
+    priority: int
+    deadline_s: float | None
+    arrival_s: float
+    seq: int  # arrival order: the last tie-breaker, so ordering is total and stable
+    steps_done: int = 0
+    first_step_s: float | None = None
+    last_run_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What the worker does now: run one step for `batch`, free the state of `cancelled`."""
+
+    batch: tuple[str, ...]  # in priority order
+    started: tuple[str, ...]  # the part of batch that runs its first step now
+    cancelled: tuple[str, ...]  # cancelled since the last plan, whether started or not
+    num_tokens: int  # tokens in this step (sum over batch)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    num_waiting: int  # admitted, no step run yet
+    num_running: int  # at least one step run, not finished
+    num_steps_run: int  # steps planned since creation
+    num_finished: int
+    num_cancelled: int
+
+
+@dataclass
+class Scheduler:
+    """Iteration-level continuous batching with a per-step token budget and deadline priority.
+
+    Every call to schedule() picks the batch for one diffusion step from all live items: a new item joins at
+    the next step, a finished one leaves after its last (complete_step), a cancelled one is dropped at the
+    next plan. Items are ordered by (aged first, priority class, deadline, arrival) and packed greedily into
+    max_batch_tokens; an item that alone exceeds the budget still runs when it heads the order (alone), so
+    an oversized segment cannot block the worker. Started items that do not fit simply pause: their state
+    is their codes, which keep between steps.
+    """
+
+    max_batch_tokens: int
+    max_batch_items: int = 256
+    max_wait_s: float = 2.0
+    max_active: int = 1024  # started-but-unfinished items held in memory at most
+    clock: Callable[[], float] = time.monotonic
+    _items: dict[str, _Item] = field(default_factory=dict, init=False)
+    _cancelled: list[str] = field(default_factory=list, init=False)
+    _seq: int = field(default=0, init=False)
+    _num_steps_run: int = field(default=0, init=False)
+    _num_finished: int = field(default=0, init=False)
+    _num_cancelled: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
+        if self.max_batch_items < 1:
+            raise ValueError(f"max_batch_items must be >= 1, got {self.max_batch_items}")
+        if self.max_active < 1:
+            raise ValueError(f"max_active must be >= 1, got {self.max_active}")
+
+    def add(self, request_id: str, *, num_tokens: int, num_steps: int, priority: int = 2,
+            deadline_s: float | None = None) -> None:
+        """Admit a segment; it can run from the next schedule() on."""
+        if request_id in self._items:
+            raise ValueError(f"request_id {request_id!r} is already scheduled")
+        if num_tokens < 1 or num_steps < 1:
+            raise ValueError(f"num_tokens and num_steps must be >= 1, got {num_tokens}, {num_steps}")
+        self._seq += 1
+        self._items[request_id] = _Item(request_id, num_tokens, num_steps, priority, deadline_s,
+                                        self.clock(), self._seq)
+
+    def cancel(self, request_id: str) -> bool:
+        """Drop a segment before the next step. False if unknown (finished, cancelled or never added)."""
+        if self._items.pop(request_id, None) is None:
+            return False
+        self._cancelled.append(request_id)
+        self._num_cancelled += 1
+        return True
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _key(self, item: _Item, now: float) -> tuple[int, float, int]:
+        since = item.last_run_s if item.last_run_s is not None else item.arrival_s
+        if now - since > self.max_wait_s:
+            # aged: the longest-unserved first, whatever its class
+            return (_CLASS_AGED, since, item.seq)
+        deadline = item.deadline_s if item.deadline_s is not None else math.inf
+        return (item.priority, deadline, item.seq)
+
+    def schedule(self) -> StepPlan:
+        """Choose the batch of the next step (may be empty when nothing is live)."""
+        now = self.clock()
+        cancelled, self._cancelled = tuple(self._cancelled), []
+        order = sorted(self._items.values(), key=lambda it: self._key(it, now))
+        num_active = sum(1 for it in order if it.steps_done > 0)
+        batch: list[_Item] = []
+        num_tokens = 0
+        for item in order:
+            if len(batch) >= self.max_batch_items:
+                break
+            if item.steps_done == 0 and num_active >= self.max_active:
+                continue
+            if batch and num_tokens + item.num_tokens > self.max_batch_tokens:
+                continue  # a smaller item further down may still fit
+            batch.append(item)
+            num_tokens += item.num_tokens
+            if item.steps_done == 0:
+                num_active += 1
+            if num_tokens >= self.max_batch_tokens:
+                break
+        started = []
+        for item in batch:
+            if item.first_step_s is None:
+                item.first_step_s = now
+                started.append(item.request_id)
+            item.last_run_s = now
+        if batch:
+            self._num_steps_run += 1
+        return StepPlan(tuple(it.request_id for it in batch), tuple(started), cancelled, num_tokens)
+
+    def complete_step(self, plan: StepPlan) -> list[str]:
+        """Record that plan's step ran; returns the ids that just ran their last step (they leave now).
+
+        Items cancelled while the step ran are already gone and are skipped.
+        """
+        finished = []
+        for request_id in plan.batch:
+            item = self._items.get(request_id)
+            if item is None:
+                continue
+            item.steps_done += 1
+            if item.steps_done >= item.num_steps:
+                del self._items[request_id]
+                finished.append(request_id)
+        self._num_finished += len(finished)
+        return finished
+
+    def queue_s(self, request_id: str) -> float | None:
+        """Seconds the item waited from add() to its first step (None until it started)."""
+        item = self._items.get(request_id)
+        if item is None or item.first_step_s is None:
+            return None
+        return item.first_step_s - item.arrival_s
+
+    def steps_done(self, request_id: str) -> int:
+        item = self._items.get(request_id)
+        return 0 if item is None else item.steps_done
+
+    def stats(self) -> SchedulerStats:
+        running = sum(1 for it in self._items.values() if it.steps_done > 0)
+        return SchedulerStats(len(self._items) - running, running, self._num_steps_run, self._num_finished,
+                              self._num_cancelled)

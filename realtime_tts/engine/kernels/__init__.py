@@ -1,0 +1,24 @@
+"""Triton kernels for the OmniVoice forward (GPU workers only), each beside its plain-torch reference.
+
+Imports torch and triton; never imported by the web process. On a machine without CUDA the kernels run only
+under Triton's interpreter (TRITON_INTERPRET=1 set before this package is imported) — tests do that.
+"""
+
+from realtime_tts.engine.kernels.attention import varlen_attention, varlen_attention_ref
+from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
+from realtime_tts.engine.kernels.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
+from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
+
+__all__ = [
+    "add_rms_norm",
+    "add_rms_norm_ref",
+    "qk_norm_rope",
+    "qk_norm_rope_ref",
+    "rms_norm",
+    "rms_norm_ref",
+    "rope_cos_sin",
+    "silu_mul",
+    "silu_mul_ref",
+    "varlen_attention",
+    "varlen_attention_ref",
+]

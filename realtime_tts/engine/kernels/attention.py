@@ -1,0 +1,120 @@
+"""Bidirectional variable-length flash attention (forward only) over packed rows, with GQA.
+
+q [num_tokens, num_q_heads, head_dim], k/v [num_tokens, num_kv_heads, head_dim]; row r owns tokens
+cu_seqlens[r]:cu_seqlens[r+1] and attends to exactly those (no mask across rows, no causality). Trailing rows
+of length 0 are allowed, so a CUDA graph can be captured for a maximum row count and replayed for fewer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n, offs_d, qk_scale_log2,
+                  m_i, l_i, acc):
+    cols = n0 + offs_n
+    valid = cols < seqlen
+    tok_n = (start + cols).to(tl.int64)
+    k = tl.load(k_base + tok_n[None, :] * stride_kt + offs_d[:, None], mask=valid[None, :], other=0.0)
+    s = tl.dot(q, k) * qk_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
+    s = tl.where(valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_base + tok_n[:, None] * stride_vt + offs_d[None, :], mask=valid[:, None], other=0.0)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _varlen_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr,
+                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+                       qk_scale_log2,
+                       STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    m_block = tl.program_id(0)
+    row = tl.program_id(1)
+    head = tl.program_id(2)
+    start = tl.load(cu_ptr + row)
+    seqlen = tl.load(cu_ptr + row + 1) - start
+    if m_block * BLOCK_M >= seqlen:
+        return
+    kv_head = head // GROUP
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    tok_m = (start + offs_m).to(tl.int64)
+    q = tl.load(q_ptr + tok_m[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
+                mask=offs_m[:, None] < seqlen, other=0.0)  # [BLOCK_M, HEAD_DIM]
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    k_base = k_ptr + kv_head * stride_kh
+    v_base = v_ptr + kv_head * stride_vh
+    # Triton's CPU interpreter (numpy 2) cannot take a tensor as a loop bound: there the loop walks to a
+    # compile-time bucket bound instead; blocks past the row are fully masked and add exactly nothing.
+    if STATIC_N_END == 0:
+        for n0 in range(0, seqlen, BLOCK_N):
+            m_i, l_i, acc = _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n,
+                                          offs_d, qk_scale_log2, m_i, l_i, acc)
+    else:
+        for n0 in range(0, STATIC_N_END, BLOCK_N):
+            m_i, l_i, acc = _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n,
+                                          offs_d, qk_scale_log2, m_i, l_i, acc)
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + tok_m[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < seqlen)
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                     max_seqlen: int, scale: float | None = None, out: torch.Tensor | None = None,
+                     block_m: int = 64, block_n: int = 64, num_warps: int = 4,
+                     num_stages: int = 2) -> torch.Tensor:
+    """cu_seqlens [num_rows + 1] int32 on q's device; max_seqlen ≥ every row's length (a graph bucket bound).
+
+    Returns o [num_tokens, num_q_heads, head_dim] (rows' tokens only; tokens after cu_seqlens[-1] untouched).
+    """
+    num_tokens, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    assert num_q_heads % num_kv_heads == 0 and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
+    assert head_dim in (16, 32, 64, 128, 256), "head_dim must be a power of two in 16..256"
+    out = torch.empty_like(q) if out is None else out
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    num_rows = cu_seqlens.numel() - 1
+    if num_rows > 0 and max_seqlen > 0:
+        grid = (triton.cdiv(max_seqlen, block_m), num_rows, num_q_heads)
+        _varlen_fwd_kernel[grid](
+            q, k, v, out, cu_seqlens,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            out.stride(0), out.stride(1), scale * 1.4426950408889634,
+            STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
+            num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
+def varlen_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                         max_seqlen: int, scale: float | None = None) -> torch.Tensor:
+    """One SDPA call per row (slow, exact semantics)."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.zeros_like(q)
+    bounds = cu_seqlens.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        if end <= start:
+            continue
+        qr = q[start:end].transpose(0, 1)  # [heads, len, head_dim]
+        kr = k[start:end].transpose(0, 1).repeat_interleave(group, 0)
+        vr = v[start:end].transpose(0, 1).repeat_interleave(group, 0)
+        o = torch.nn.functional.scaled_dot_product_attention(qr[None], kr[None], vr[None], scale=scale)[0]
+        out[start:end] = o.transpose(0, 1)
+    return out

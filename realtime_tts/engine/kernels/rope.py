@@ -1,0 +1,96 @@
+"""Per-head q/k RMSNorm followed by rotary position embedding (Qwen3 order), in place on packed rows.
+
+q [num_tokens, num_q_heads, head_dim] and k [num_tokens, num_kv_heads, head_dim] may be views into one fused
+qkv projection output (any token and head stride, unit element stride). cos/sin are [num_tokens, head_dim]
+in the rotate-half layout (both halves carry the same angles), as rope_cos_sin builds them.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm_rope_heads(x_ptr, stride_t, stride_h, w_ptr, c1, c2, s1, s2, num_heads, eps,
+                     HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr):
+    HALF: tl.constexpr = HEAD_DIM // 2
+    heads = tl.arange(0, BLOCK_H)
+    dims = tl.arange(0, HALF)
+    hmask = heads[:, None] < num_heads
+    p1 = x_ptr + heads[:, None] * stride_h + dims[None, :]
+    p2 = p1 + HALF
+    x1 = tl.load(p1, mask=hmask, other=0.0).to(tl.float32)  # [BLOCK_H, HALF]
+    x2 = tl.load(p2, mask=hmask, other=0.0).to(tl.float32)
+    var = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / HEAD_DIM
+    rstd = (1.0 / tl.sqrt(var + eps))[:, None]
+    w1 = tl.load(w_ptr + dims).to(tl.float32)[None, :]
+    w2 = tl.load(w_ptr + HALF + dims).to(tl.float32)[None, :]
+    dt = x_ptr.dtype.element_ty
+    n1 = ((x1 * rstd).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
+    n2 = ((x2 * rstd).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
+    tl.store(p1, (n1 * c1 - n2 * s1).to(dt), mask=hmask)
+    tl.store(p2, (n2 * c2 + n1 * s2).to(dt), mask=hmask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr,
+                         stride_qt, stride_qh, stride_kt, stride_kh, stride_cos, stride_sin,
+                         num_q_heads, num_kv_heads, eps,
+                         HEAD_DIM: tl.constexpr, BLOCK_QH: tl.constexpr, BLOCK_KH: tl.constexpr):
+    HALF: tl.constexpr = HEAD_DIM // 2
+    tok = tl.program_id(0).to(tl.int64)
+    dims = tl.arange(0, HALF)
+    c1 = tl.load(cos_ptr + tok * stride_cos + dims).to(tl.float32)[None, :]
+    c2 = tl.load(cos_ptr + tok * stride_cos + HALF + dims).to(tl.float32)[None, :]
+    s1 = tl.load(sin_ptr + tok * stride_sin + dims).to(tl.float32)[None, :]
+    s2 = tl.load(sin_ptr + tok * stride_sin + HALF + dims).to(tl.float32)[None, :]
+    _norm_rope_heads(q_ptr + tok * stride_qt, stride_qt, stride_qh, qw_ptr, c1, c2, s1, s2, num_q_heads, eps,
+                     HEAD_DIM, BLOCK_QH)
+    _norm_rope_heads(k_ptr + tok * stride_kt, stride_kt, stride_kh, kw_ptr, c1, c2, s1, s2, num_kv_heads, eps,
+                     HEAD_DIM, BLOCK_KH)
+
+
+def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                 cos: torch.Tensor, sin: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """In place: q, k ← rope(rms_norm(q) * q_weight), rope(rms_norm(k) * k_weight). Returns (q, k)."""
+    assert q.dim() == 3 and k.dim() == 3 and q.stride(2) == 1 and k.stride(2) == 1
+    assert cos.stride(1) == 1 and sin.stride(1) == 1
+    num_tokens, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    if num_tokens:
+        _qk_norm_rope_kernel[(num_tokens,)](
+            q, k, q_weight, k_weight, cos, sin,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0), sin.stride(0),
+            num_q_heads, num_kv_heads, eps,
+            HEAD_DIM=head_dim, BLOCK_QH=triton.next_power_of_2(num_q_heads),
+            BLOCK_KH=triton.next_power_of_2(num_kv_heads), num_warps=4)
+    return q, k
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [num_tokens] → cos, sin [num_tokens, head_dim] (angles in fp32, then cast, as Qwen3 does)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device)
+                                .float() / head_dim))  # [head_dim / 2]
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [num_tokens, head_dim]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def qk_norm_rope_ref(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                     cos: torch.Tensor, sin: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Out of place, with the eager layers' roundings."""
+    def norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+    c, s = cos[:, None, :], sin[:, None, :]
+    qn, kn = norm(q, q_weight), norm(k, k_weight)
+    return qn * c + _rotate_half(qn) * s, kn * c + _rotate_half(kn) * s

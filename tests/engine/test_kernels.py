@@ -1,0 +1,154 @@
+"""Each Triton kernel against its plain-torch reference: on CPU through Triton's interpreter, on CUDA native."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Must be set before the kernels are decorated (at import of the package below).
+    os.environ["TRITON_INTERPRET"] = "1"
+
+triton = pytest.importorskip("triton")
+
+from realtime_tts.engine import kernels  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.bfloat16]
+# Triton 3.6's CPU interpreter computes bf16 tl.dot wrongly (checked: garbage even for one 16x16 product), so
+# on CPU the matmul kernel is checked in fp32 and fp16; bf16 attention is checked on CUDA only.
+ATTN_DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert torch.isfinite(out).all(), "non-finite output"
+    return float((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30))
+
+
+def tol(dtype: torch.dtype) -> float:
+    # fp32: tf32 dots on CUDA land near 3e-4; bf16 operands between 1e-3 and 1e-2.
+    return {torch.float32: 2e-3, torch.float16: 4e-3}.get(dtype, 1.5e-2)
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [64, 96])
+def test_rms_norm_matches_reference(dtype: torch.dtype, hidden: int) -> None:
+    g = gen(1)
+    buf = torch.randn(9, hidden + 16, generator=g).to(DEVICE, dtype)
+    x = buf[:, :hidden]  # strided rows, as a view into a wider buffer
+    w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(DEVICE, dtype)
+    out = kernels.rms_norm(x, w, 1e-6)
+    assert rel_err(out, kernels.rms_norm_ref(x.double(), w.double(), 1e-6)) < tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_updates_residual_and_normalises(dtype: torch.dtype) -> None:
+    g = gen(2)
+    hidden = 80
+    x = torch.randn(11, hidden, generator=g).to(DEVICE, dtype)
+    residual = (3 * torch.randn(11, hidden, generator=g)).to(DEVICE, dtype)
+    w = torch.randn(hidden, generator=g).to(DEVICE, dtype)
+    ref_out, ref_res = kernels.add_rms_norm_ref(x.double(), residual.double(), w.double(), 1e-6)
+    res_before = residual.clone()
+    out, res = kernels.add_rms_norm(x, residual, w, 1e-6)
+    assert res.data_ptr() == residual.data_ptr(), "residual is updated in place"
+    assert not torch.equal(residual, res_before)
+    assert rel_err(res, ref_res) < tol(dtype)
+    assert rel_err(out, ref_out) < tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul_on_fused_gate_up_views(dtype: torch.dtype) -> None:
+    g = gen(3)
+    inter = 1500  # not a multiple of the 1024 block: the tail is masked
+    gate_up = (2 * torch.randn(6, 2 * inter, generator=g)).to(DEVICE, dtype)
+    gate, up = gate_up[:, :inter], gate_up[:, inter:]
+    out = torch.full((6, inter), float("nan"), dtype=dtype, device=DEVICE)
+    kernels.silu_mul(gate, up, out=out)
+    assert rel_err(out, kernels.silu_mul_ref(gate.double(), up.double())) < tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qk_norm_rope_in_place_on_qkv_views(dtype: torch.dtype) -> None:
+    g = gen(4)
+    num_q, num_kv, head_dim = 4, 2, 32
+    lens = [5, 9, 3]
+    num_tokens = sum(lens)
+    positions = torch.cat([torch.arange(n) for n in lens]).to(DEVICE)  # restart per packed row
+    qkv = torch.randn(num_tokens, (num_q + 2 * num_kv) * head_dim, generator=g).to(DEVICE, dtype)
+    heads = qkv.view(num_tokens, num_q + 2 * num_kv, head_dim)
+    q, k, v = heads[:, :num_q], heads[:, num_q:num_q + num_kv], heads[:, num_q + num_kv:]
+    qw = (1 + 0.2 * torch.randn(head_dim, generator=g)).to(DEVICE, dtype)
+    kw = (1 + 0.2 * torch.randn(head_dim, generator=g)).to(DEVICE, dtype)
+    cos, sin = kernels.rope_cos_sin(positions, head_dim, 1e6, dtype)
+    cos64, sin64 = kernels.rope_cos_sin(positions, head_dim, 1e6, torch.float64)
+    ref_q, ref_k = kernels.qk_norm_rope_ref(q.double(), k.double(), qw.double(), kw.double(), cos64, sin64, 1e-6)
+    v_before = v.clone()
+    kernels.qk_norm_rope(q, k, qw, kw, cos, sin, 1e-6)
+    assert rel_err(q, ref_q) < tol(dtype)
+    assert rel_err(k, ref_k) < tol(dtype)
+    assert torch.equal(v, v_before), "v is not touched"
+
+
+def _cu(lens: list[int]) -> torch.Tensor:
+    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)
+
+
+@pytest.mark.parametrize("dtype", ATTN_DTYPES)
+@pytest.mark.parametrize("shape", [(4, 2, 32), (16, 8, 128)])
+def test_varlen_attention_matches_per_row_sdpa(dtype: torch.dtype, shape: tuple[int, int, int]) -> None:
+    g = gen(5)
+    num_q, num_kv, head_dim = shape
+    lens = [37, 1, 70, 5] if head_dim == 32 else [20, 9]
+    num_tokens = sum(lens)
+    q = torch.randn(num_tokens, num_q, head_dim, generator=g).to(DEVICE, dtype)
+    k = torch.randn(num_tokens, num_kv, head_dim, generator=g).to(DEVICE, dtype)
+    v = torch.randn(num_tokens, num_kv, head_dim, generator=g).to(DEVICE, dtype)
+    # two trailing empty rows and a max_seqlen above the longest row: the shape of a padded graph bucket
+    cu = _cu(lens + [0, 0])
+    out = torch.full_like(q, float("nan"))
+    kernels.varlen_attention(q, k, v, cu, max(lens) + 40, out=out)
+    ref = kernels.varlen_attention_ref(q.double(), k.double(), v.double(), cu, max(lens))
+    assert rel_err(out, ref) < tol(dtype)
+
+
+def test_varlen_attention_rows_do_not_see_each_other() -> None:
+    g = gen(6)
+    lens = [12, 20]
+    q = torch.randn(32, 2, 16, generator=g).to(DEVICE)
+    k = torch.randn(32, 1, 16, generator=g).to(DEVICE)
+    v = torch.randn(32, 1, 16, generator=g).to(DEVICE)
+    a = kernels.varlen_attention(q, k, v, _cu(lens), 20)
+    k2, v2 = k.clone(), v.clone()
+    k2[12:] += 5.0  # change only the second row's keys/values
+    v2[12:] -= 3.0
+    b = kernels.varlen_attention(q, k2, v2, _cu(lens), 20)
+    assert torch.equal(a[:12], b[:12])
+    assert not torch.allclose(a[12:], b[12:])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_kernels_at_omnivoice_size_on_gpu() -> None:
+    g = gen(7)
+    dtype = torch.bfloat16
+    lens = [182, 150, 307, 150, 1, 64]
+    num_tokens = sum(lens)
+    q = torch.randn(num_tokens, 16, 128, generator=g).to("cuda", dtype)
+    k = torch.randn(num_tokens, 8, 128, generator=g).to("cuda", dtype)
+    v = torch.randn(num_tokens, 8, 128, generator=g).to("cuda", dtype)
+    cu = _cu(lens)
+    out = kernels.varlen_attention(q, k, v, cu, 512)
+    assert rel_err(out, kernels.varlen_attention_ref(q.double(), k.double(), v.double(), cu, 512)) < 1.5e-2
+    x = torch.randn(num_tokens, 1024, generator=g).to("cuda", dtype)
+    r = torch.randn(num_tokens, 1024, generator=g).to("cuda", dtype)
+    w = torch.randn(1024, generator=g).to("cuda", dtype)
+    ref_out, ref_res = kernels.add_rms_norm_ref(x.double(), r.double(), w.double(), 1e-6)
+    out2, res2 = kernels.add_rms_norm(x, r, w, 1e-6)
+    assert rel_err(out2, ref_out) < 1.5e-2 and rel_err(res2, ref_res) < 1.5e-2

@@ -1,0 +1,62 @@
+"""Prometheus metrics (PROTOCOL.md §6): one registry per process, the project's metric names, rendering.
+
+Leaf module: prometheus-client only. Gauges that describe engines are read through callbacks at scrape
+time (set by the pool), so scraping never waits on generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "realtime_tts_"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+_DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_RTF_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class Metrics:
+    """All metric objects of one process. A fresh registry per instance keeps test servers independent."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        p = PREFIX
+        self.pool_size = Gauge(p + "pool_size", "Engine slots (CPU threads / GPU workers).", ["engine"], registry=r)
+        self.pool_idle = Gauge(p + "pool_idle", "Engine slots idle now.", ["engine"], registry=r)
+        self.queue_depth = Gauge(p + "queue_depth", "Segments queued per worker.", ["worker"], registry=r)
+        self.requests_total = Counter(p + "requests_total", "Finished requests.",
+                                      ["endpoint", "voice_mode", "status"], registry=r)
+        self.request_duration_seconds = Histogram(p + "request_duration_seconds", "Request wall time.",
+                                                  ["endpoint"], buckets=_DURATION_BUCKETS, registry=r)
+        self.ttfa_seconds = Histogram(p + "ttfa_seconds", "Time to first audio.", ["endpoint"],
+                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self.rtf = Histogram(p + "rtf", "Real-time factor (wall time / audio time) per request.",
+                             buckets=_RTF_BUCKETS, registry=r)
+        self.audio_seconds_total = Counter(p + "audio_seconds_total", "Audio produced.", ["engine"], registry=r)
+        self.input_chars_total = Counter(p + "input_chars_total", "Text characters received.", ["endpoint"],
+                                         registry=r)
+        self.batch_size = Histogram(p + "batch_size", "Engine batch size per segment.",
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
+        self.step_seconds = Histogram(p + "step_seconds", "Diffusion step time (OmniVoice engine).",
+                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self.cuda_graph_hits_total = Counter(p + "cuda_graph_hits_total", "Steps run from a captured graph.",
+                                             registry=r)
+        self.cuda_graph_misses_total = Counter(p + "cuda_graph_misses_total", "Steps run eagerly.", registry=r)
+        self.cancellations_total = Counter(p + "cancellations_total", "Cancelled requests by stage.", ["stage"],
+                                           registry=r)
+        self.errors_total = Counter(p + "errors_total", "Errors reported to clients by code.", ["code"], registry=r)
+        self.ws_connections = Gauge(p + "ws_connections", "Open WebSocket connections.", registry=r)
+        self.ws_closes_total = Counter(p + "ws_closes_total", "WebSocket closes by close code.", ["code"],
+                                       registry=r)
+
+    def watch_pool(self, engine: str, size: Callable[[], float], idle: Callable[[], float]) -> None:
+        """Pool gauges read at scrape time from the engine (cheap, lock-free reads)."""
+        self.pool_size.labels(engine=engine).set_function(size)
+        self.pool_idle.labels(engine=engine).set_function(idle)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,464 @@
+"""Service layer: turns a request or a WS text stream into segments, drives an engine, paces and frames the
+audio, builds the stats envelope, records metrics and owns cancellation.
+
+The unit of work is a Synthesis ("context"): text stream → units → segments → ordered audio events, with
+text offsets and segment indices, reusable by the multi-context session mode. Imports engine.base (never a
+concrete engine), text, audio, metrics, protocol; never torch, never Starlette.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import resource
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from realtime_tts.audio import Framer, Pacer, to_pcm16
+from realtime_tts.config import Config
+from realtime_tts.engine.base import (
+    PRIORITY_BULK,
+    PRIORITY_FIRST,
+    PRIORITY_STREAM,
+    AudioChunk,
+    Engine,
+    Priority,
+    SegmentRequest,
+    Voice,
+    VoicePrompt,
+)
+from realtime_tts.engine.pool import EnginePool
+from realtime_tts.errors import BadRequest, NotFound, TTSError
+from realtime_tts.metrics import Metrics
+from realtime_tts.protocol import Params, SpeechRequest
+from realtime_tts.text import SentenceBuffer, Unit, split_text, text_length
+
+log = logging.getLogger(__name__)
+
+# Segments generated ahead of the one being sent (pipelining), per chunk_mode.
+_LOOKAHEAD = {"concurrent": 2, "sequential": 1, "none": 1}
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+# -- events a Synthesis yields, in order ---------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SegmentStarted:
+    segment_index: int
+    text: str
+    text_start: int
+    text_end: int
+    audio_start_sample: int
+
+
+@dataclass(frozen=True, slots=True)
+class AudioFrame:
+    pcm: bytes  # int16 little-endian mono at the response's sample rate
+    segment_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEnded:
+    segment_index: int
+    audio_end_sample: int
+    queue_ms: float
+    gen_ms: float
+
+
+Event = SegmentStarted | AudioFrame | SegmentEnded
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except OSError:
+        return 0
+
+
+def peak_rss_bytes() -> int:
+    """Peak RSS of the whole process since it started (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class _Cancelled:
+    """Sentinel pushed into queues to wake the sender when a synthesis is cancelled."""
+
+
+_CANCELLED = _Cancelled()
+_END = None
+
+
+@dataclass(slots=True)
+class _Segment:
+    index: int
+    unit: Unit
+    request: SegmentRequest
+    chunks: asyncio.Queue[AudioChunk | BaseException | _Cancelled | None]
+    task: asyncio.Task[None] | None = None
+
+
+class Synthesis:
+    """One response: text in (whole or incremental), ordered audio events out.
+
+    Use as `async with service.open(...) as synth:`; leaving the block aborts every engine request still
+    running and records the request's metrics exactly once.
+    """
+
+    def __init__(self, service: Service, engine: Engine, params: Params, *, endpoint: str, incremental: bool,
+                 streaming: bool, prompt: VoicePrompt | None):
+        self.id = uuid.uuid4().hex[:12]
+        self._service = service
+        self._engine = engine
+        self.params = params
+        self.endpoint = endpoint
+        self.sample_rate = engine.capabilities.sample_rate
+        self._streaming = streaming
+        self._voice = Voice(mode=params.voice_mode, instruct=params.instruct, prompt=prompt, preset=params.preset)
+        cfg = service.config
+        self._buffer = SentenceBuffer(min_chars=cfg.text.min_chars,
+                                      first_segment_min_chars=cfg.text.first_segment_min_chars,
+                                      target_chars=cfg.text.target_chars, max_chars=cfg.text.max_chars) \
+            if incremental else None
+        self._pacer = Pacer(self.sample_rate, lead_in_ms=cfg.pacing.lead_in_ms, gap_ms=cfg.pacing.gap_ms,
+                            tail_ms=cfg.pacing.tail_ms, silence_db=cfg.pacing.silence_db)
+        self._framer = Framer(self.sample_rate, first_frame_ms=cfg.pacing.first_frame_ms,
+                              frame_ms=cfg.pacing.frame_ms)
+        self._units: asyncio.Queue[Unit | None] = asyncio.Queue()
+        self._segments: asyncio.Queue[_Segment | _Cancelled | None] = asyncio.Queue()
+        self._live: dict[int, _Segment] = {}
+        self._lookahead = asyncio.Semaphore(_LOOKAHEAD[params.chunk_mode])
+        self._producer: asyncio.Task[None] | None = None
+        self._ended = False
+        self._cancelled = False
+        self.cancel_stage: str | None = None
+        self.error: TTSError | None = None
+        self._duration_share: dict[int, float] = {}
+        # stats
+        self.num_chars = 0
+        self.t_start = time.perf_counter()
+        self._t_first_text: float | None = None
+        self._t_first_audio: float | None = None
+        self._t_end: float | None = None
+        self._samples_out = 0
+        self._num_segments = 0
+        self._first_queue_ms: float | None = None
+        self._batch_sizes: list[int] = []
+        self._rss_start = rss_bytes()
+        self._recorded = False
+
+    # -- text in -------------------------------------------------------------------------------------------
+
+    def speak(self, text: str) -> None:
+        """Whole text at once (/v1/stream, HTTP): the long-text chunker cuts it, then the text ends."""
+        cfg = self._service.config.text
+        if self.params.chunk_mode == "none":
+            units = [Unit(text=text.strip(), start=0, end=len(text), first=True)] if text.strip() else []
+        else:
+            units = split_text(text, target_chars=cfg.target_chars, max_chars=cfg.max_chars,
+                               first_chars=cfg.first_segment_min_chars)
+        if self.params.duration is not None and units:
+            lengths = [max(1, text_length(u.text)) for u in units]
+            total = sum(lengths)
+            self._duration_share = {i: self.params.duration * n / total for i, n in enumerate(lengths)}
+        self._note_text(len(text))
+        self._put_units(units)
+        self.end()
+
+    def feed(self, chunk: str) -> None:
+        if self._buffer is None or self._ended:
+            return
+        self._note_text(len(chunk))
+        self._put_units(self._buffer.feed(chunk))
+
+    def flush(self) -> None:
+        if self._buffer is not None and not self._ended:
+            self._put_units(self._buffer.flush())
+
+    def end(self) -> None:
+        if self._ended:
+            return
+        if self._buffer is not None:
+            self._put_units(self._buffer.end())
+        self._ended = True
+        self._units.put_nowait(_END)
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def _note_text(self, n: int) -> None:
+        if n and self._t_first_text is None:
+            self._t_first_text = time.perf_counter()
+        self.num_chars += n
+
+    def _put_units(self, units: list[Unit]) -> None:
+        for u in units:
+            if u.text.strip():
+                self._units.put_nowait(u)
+
+    # -- audio out -----------------------------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Ordered events until the text has ended and all its audio is out (or cancel). Engine errors are
+        raised here (errors.TTSError)."""
+        if self._producer is None:
+            self._producer = asyncio.create_task(self._produce(), name=f"synth-{self.id}-producer")
+        while True:
+            seg = await self._segments.get()
+            if seg is None or isinstance(seg, _Cancelled) or self._cancelled:
+                break
+            start = SegmentStarted(seg.index, seg.unit.text, seg.unit.start, seg.unit.end, self._samples_out)
+            if self._service.wants_events(self):
+                yield start
+            queue_ms = gen_ms = 0.0
+            while True:
+                item = await seg.chunks.get()
+                if isinstance(item, _Cancelled) or self._cancelled:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if item is None:
+                    break
+                if seg.index == 0 and self._first_queue_ms is None:
+                    self._first_queue_ms = item.queue_ms
+                queue_ms += item.queue_ms
+                gen_ms += item.gen_ms
+                self._batch_sizes.append(item.batch_size)
+                for frame in self._framer.push(to_pcm16(self._pacer.push(item.samples))):
+                    yield self._emit(frame, seg.index)
+                if item.last:
+                    break
+            for frame in self._framer.flush():
+                yield self._emit(frame, seg.index)
+            self._live.pop(seg.index, None)
+            self._lookahead.release()
+            self._num_segments += 1
+            if self._service.wants_events(self):
+                yield SegmentEnded(seg.index, self._samples_out, queue_ms, gen_ms)
+        if self._cancelled:
+            return
+        tail = to_pcm16(self._pacer.finish())
+        for frame in self._framer.push(tail) + self._framer.flush():
+            yield self._emit(frame, max(0, self._num_segments - 1))
+        self._t_end = time.perf_counter()
+
+    def _emit(self, pcm: bytes, index: int) -> AudioFrame:
+        if self._t_first_audio is None:
+            self._t_first_audio = time.perf_counter()
+        self._samples_out += len(pcm) // 2
+        return AudioFrame(pcm, index)
+
+    async def _produce(self) -> None:
+        """Units → segments, in order, starting each generation as soon as the lookahead allows."""
+        for index in itertools.count():
+            unit = await self._units.get()
+            if unit is None:
+                self._segments.put_nowait(_END)
+                return
+            await self._lookahead.acquire()
+            if self._cancelled:
+                return
+            seg = _Segment(index, unit, self._segment_request(index, unit), asyncio.Queue())
+            seg.task = asyncio.create_task(self._generate(seg), name=f"synth-{self.id}-seg{index}")
+            self._live[index] = seg
+            self._segments.put_nowait(seg)
+
+    def _segment_request(self, index: int, unit: Unit) -> SegmentRequest:
+        p = self.params
+        priority: Priority = PRIORITY_FIRST if index == 0 else (PRIORITY_STREAM if self._streaming else PRIORITY_BULK)
+        deadline = None
+        if self._t_first_audio is not None and self._streaming:
+            # Playback of what was already sent (at real-time pace) runs dry at this moment.
+            now_mono = time.monotonic()
+            played_s = time.perf_counter() - self._t_first_audio
+            deadline = now_mono + max(0.0, self._samples_out / self.sample_rate - played_s)
+        kwargs: dict[str, Any] = {}
+        if p.num_step is not None:
+            kwargs["num_step"] = p.num_step
+        if p.guidance_scale is not None:
+            kwargs["guidance_scale"] = p.guidance_scale
+        if p.temperature is not None:
+            kwargs["temperature"] = p.temperature
+        return SegmentRequest(
+            request_id=f"{self.id}-{index}", text=unit.text, voice=self._voice, language=p.language, speed=p.speed,
+            duration_s=self._duration_share.get(index), top_p=p.top_p, seed=p.seed, priority=priority,
+            deadline_s=deadline, **kwargs)
+
+    async def _generate(self, seg: _Segment) -> None:
+        engine = self._engine
+        try:
+            async with contextlib.aclosing(engine.synthesize(seg.request)) as chunks:  # type: ignore[type-var]
+                async for chunk in chunks:
+                    seg.chunks.put_nowait(chunk)
+            seg.chunks.put_nowait(None)
+        except asyncio.CancelledError:
+            raise
+        except TTSError as e:
+            seg.chunks.put_nowait(e)
+        except Exception as e:  # an engine bug: report it as an internal error, keep the server up
+            log.exception("engine %s failed on segment %s", engine.capabilities.engine, seg.request.request_id)
+            seg.chunks.put_nowait(TTSError(f"engine error: {type(e).__name__}: {e}"))
+        finally:
+            # Every engine request is aborted here: a no-op when it finished, a stop when it did not.
+            await engine.abort(seg.request.request_id)
+
+    # -- cancellation and teardown ---------------------------------------------------------------------------
+
+    def cancel(self, stage: str = "client") -> None:
+        """Stop now: queued and in-flight segments are aborted, unsent audio is dropped."""
+        if self._cancelled or self._t_end is not None:
+            return
+        self._cancelled = True
+        self.cancel_stage = stage
+        self._abort_all()
+        self._segments.put_nowait(_CANCELLED)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def _abort_all(self) -> None:
+        if self._producer is not None:
+            self._producer.cancel()
+        for seg in list(self._live.values()):
+            if seg.task is not None:
+                seg.task.cancel()
+            seg.chunks.put_nowait(_CANCELLED)
+        self._live.clear()
+
+    async def __aenter__(self) -> Synthesis:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        tasks = [s.task for s in self._live.values() if s.task is not None]
+        if self._producer is not None:
+            tasks.append(self._producer)
+        self._abort_all()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if isinstance(exc, TTSError):
+            self.error = exc
+        elif exc is not None and not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+            self.error = TTSError(str(exc))
+        self._service.record(self, disconnected=exc is not None and self.error is None)
+
+    # -- stats ---------------------------------------------------------------------------------------------
+
+    @property
+    def num_segments(self) -> int:
+        return self._num_segments
+
+    @property
+    def samples_out(self) -> int:
+        return self._samples_out
+
+    def stats(self) -> dict[str, Any]:
+        """The stats envelope (PROTOCOL.md §5)."""
+        t_end = self._t_end or time.perf_counter()
+        t_total_ms = (t_end - self.t_start) * 1e3
+        t_text = self._t_first_text or self.t_start
+        ttfa_ms = (self._t_first_audio - t_text) * 1e3 if self._t_first_audio is not None else None
+        audio_ms = self._samples_out / self.sample_rate * 1e3
+        caps = self._engine.capabilities
+        return {
+            "t_total_ms": round(t_total_ms, 2),
+            "ttfa_ms": round(ttfa_ms, 2) if ttfa_ms is not None else None,
+            "queue_ms": round(self._first_queue_ms or 0.0, 2),
+            "audio_duration_ms": round(audio_ms, 2),
+            "rtf": round(t_total_ms / audio_ms, 5) if audio_ms > 0 else None,
+            "segments": self._num_segments,
+            "batch_size_mean": round(float(np.mean(self._batch_sizes)), 3) if self._batch_sizes else None,
+            "engine": caps.engine,
+            "model": caps.model,
+            "device": caps.device,
+            "sample_rate": self.sample_rate,
+            "mem": {
+                "rss_start_bytes": self._rss_start,
+                "rss_end_bytes": rss_bytes(),
+                "rss_peak_bytes": peak_rss_bytes(),
+                "vram_start_bytes": None,
+                "vram_end_bytes": None,
+                "vram_peak_bytes": None,
+                "vram_measured": False,
+            },
+        }
+
+
+class Service:
+    """Builds Synthesis objects for the API layer and keeps the request metrics."""
+
+    def __init__(self, config: Config, pool: EnginePool, metrics: Metrics):
+        self.config = config
+        self.pool = pool
+        self.metrics = metrics
+        for name, engine in pool.engines.items():
+            metrics.watch_pool(name, (lambda e=engine: float(e.load().pool_size)),  # type: ignore[misc]
+                               (lambda e=engine: float(e.load().idle)))  # type: ignore[misc]
+
+    def engine_for(self, params: Params) -> Engine:
+        return self.pool.route(params.model, params.voice_mode)
+
+    def open(self, request: SpeechRequest, *, endpoint: str, incremental: bool = False, streaming: bool = True,
+             prompt: VoicePrompt | None = None, engine: Engine | None = None) -> Synthesis:
+        """Validate a request against its engine and start a Synthesis (nothing is generated until the
+        caller iterates events()). Raises errors.TTSError before any audio for every refusal."""
+        params = request.params
+        engine = engine or self.engine_for(params)
+        rate = engine.capabilities.sample_rate
+        if params.sample_rate is not None and params.sample_rate != rate:
+            raise BadRequest(f"sample_rate {params.sample_rate} is not available from the "
+                             f"{engine.capabilities.engine!r} engine; it produces {rate} Hz", field="sample_rate")
+        if params.voice_mode == "clone" and prompt is None:
+            raise NotFound(f"voice_id {params.voice_id!r} not found (no saved voices yet: upload the reference "
+                           "audio to POST /v1/audio/clone)", field="voice_id")
+        synth = Synthesis(self, engine, params, endpoint=endpoint, incremental=incremental, streaming=streaming,
+                          prompt=prompt)
+        check = getattr(engine, "check", None)
+        if check is not None:  # engines may refuse a request before any work is queued
+            check(synth._segment_request(0, Unit(text=request.text or ".", start=0, end=0, first=True)))
+        return synth
+
+    async def encode_voice(self, engine: Engine, audio: np.ndarray, sample_rate: int, ref_text: str) -> VoicePrompt:
+        return await engine.encode_voice(audio, sample_rate, ref_text)
+
+    def wants_events(self, synth: Synthesis) -> bool:
+        return synth.params.events
+
+    def record(self, synth: Synthesis, *, disconnected: bool = False) -> None:
+        """Metrics for one finished Synthesis (called once, from its __aexit__)."""
+        if synth._recorded:
+            return
+        synth._recorded = True
+        m = self.metrics
+        if synth.error is not None:
+            status = synth.error.code  # errors_total is counted where the error is reported (api)
+        elif synth.cancelled:
+            status = "cancelled"
+            m.cancellations_total.labels(stage=synth.cancel_stage or "client").inc()
+        elif disconnected:
+            status = "disconnected"
+            m.cancellations_total.labels(stage="disconnect").inc()
+        else:
+            status = "ok"
+        m.requests_total.labels(endpoint=synth.endpoint, voice_mode=synth.params.voice_mode, status=status).inc()
+        st = synth.stats()
+        m.request_duration_seconds.labels(endpoint=synth.endpoint).observe(st["t_total_ms"] / 1e3)
+        m.input_chars_total.labels(endpoint=synth.endpoint).inc(synth.num_chars)
+        if st["ttfa_ms"] is not None:
+            m.ttfa_seconds.labels(endpoint=synth.endpoint).observe(st["ttfa_ms"] / 1e3)
+        if status == "ok" and st["rtf"] is not None:
+            m.rtf.observe(st["rtf"])
+        m.audio_seconds_total.labels(engine=st["engine"]).inc(st["audio_duration_ms"] / 1e3)
+        for b in synth._batch_sizes:
+            m.batch_size.observe(b)

@@ -1,0 +1,234 @@
+"""SentenceBuffer: turns streamed text (LLM tokens) into units to synthesise, as early as is safe.
+
+Pure Python; imports only realtime_tts.errors and realtime_tts.text.*. Never imports the engine.
+
+Rules (all lengths in budget units, see realtime_tts.text.script):
+- Cuts come from the punctuation table (realtime_tts.text.punctuation): sentence ends, blank lines, single
+  newlines, clause marks. A piece shorter than min_chars is never cut off; it waits for more text.
+- The first unit of a turn ends at the first sentence end at >= min_chars or the first clause mark / newline
+  at >= first_segment_min_chars (time to first audio). Later units pack whole sentences up to target_chars
+  (a single longer sentence goes alone while it fits max_chars).
+- No sentence end within the limit (max_chars; for the first unit min(max_chars, max(first_segment_min_chars,
+  min(target_chars, 4 * first_segment_min_chars)))) → cascade: the strongest clause mark / newline, else the
+  last space (at >= target_chars // 2, else >= min_chars), else a hard cut at the limit on a grapheme boundary.
+- Output depends only on the text, never on how it was chunked: every cut is taken only once the characters
+  that decide it have arrived (look-ahead is bounded by punctuation.MAX_GAP).
+- Cost: each character is scanned once (a scan position is kept); the kept buffer is bounded by max_chars
+  plus a little look-back, so feed() is amortised O(1) per character.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from itertools import accumulate
+
+from realtime_tts.errors import BadRequest
+from realtime_tts.text.punctuation import CLAUSE_LEVEL, MAX_WORD, SENTENCE, Mark, scan_marks
+from realtime_tts.text.script import is_continuation, weights
+from realtime_tts.text.unit import Unit, normalize_space
+
+# Characters kept before the current unit so the scanner's look-back (abbreviations, Thai spaces) sees the
+# same context however the text was chunked.
+_HISTORY = MAX_WORD + 8
+
+
+def check_limits(min_chars: int, first_segment_min_chars: int, target_chars: int, max_chars: int) -> None:
+    for name, value in (("min_chars", min_chars), ("first_segment_min_chars", first_segment_min_chars),
+                        ("target_chars", target_chars), ("max_chars", max_chars)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadRequest(f"{name} must be an integer, got {value!r}", field=name)
+    if not 1 <= min_chars <= first_segment_min_chars <= max_chars:
+        raise BadRequest(f"need 1 <= min_chars ({min_chars}) <= first_segment_min_chars "
+                         f"({first_segment_min_chars}) <= max_chars ({max_chars})", field="min_chars")
+    if not min_chars <= target_chars <= max_chars:
+        raise BadRequest(f"need min_chars ({min_chars}) <= target_chars ({target_chars}) <= max_chars "
+                         f"({max_chars})", field="target_chars")
+
+
+class SentenceBuffer:
+    """Streaming segmenter for one text stream (a WS /v1/stream/text connection or a session context)."""
+
+    def __init__(self, *, min_chars: int = 4, first_segment_min_chars: int = 24,
+                 target_chars: int = 160, max_chars: int = 320) -> None:
+        check_limits(min_chars, first_segment_min_chars, target_chars, max_chars)
+        self.min_chars = min_chars
+        self.first_segment_min_chars = first_segment_min_chars
+        self.target_chars = target_chars
+        self.max_chars = max_chars
+        self.first_max_chars = min(max_chars, max(first_segment_min_chars,
+                                                  min(target_chars, 4 * first_segment_min_chars)))
+        self._spill_chars = max(min_chars, target_chars // 2)
+        self._total = 0  # code points ever fed (offsets are absolute over all turns)
+        self._new_turn()
+
+    def _new_turn(self) -> None:
+        self._buf = ""  # raw text from absolute offset _origin on
+        self._origin = self._total
+        self._cum = [0]  # _cum[i] = budget weight of _buf[:i]
+        self._start = self._total  # absolute offset of the current unit's first character
+        self._scan = self._total  # absolute offset the scanner resumes at
+        self._frontier = self._total  # everything before it is decided
+        self._marks: deque[Mark] = deque()  # resolved cut marks after _start, absolute offsets
+        self._first = True
+
+    @property
+    def pending(self) -> str:
+        """Text buffered and not yet emitted (leading whitespace excluded)."""
+        return self._buf[max(0, self._start - self._origin):]
+
+    def feed(self, chunk: str) -> list[Unit]:
+        """Append chunk verbatim; return the units that are now complete."""
+        if not isinstance(chunk, str):
+            raise BadRequest(f"text must be a string, got {type(chunk).__name__}", field="text")
+        if not chunk:
+            return []
+        last = self._cum[-1]
+        if chunk.isascii():
+            self._cum.extend(range(last + 1, last + len(chunk) + 1))
+        else:
+            self._cum.extend(accumulate(weights(chunk), initial=last))
+            del self._cum[-len(chunk) - 1]  # accumulate starts with `last`, already there
+        self._buf += chunk
+        self._total += len(chunk)
+        return self._advance(final=False)
+
+    def flush(self) -> list[Unit]:
+        """Everything buffered, now (even under min_chars); the turn goes on."""
+        return self._advance(final=True)
+
+    def end(self) -> list[Unit]:
+        """The rest of the turn; the buffer starts a new turn (offsets keep counting)."""
+        units = self._advance(final=True)
+        self._new_turn()
+        return units
+
+    # --- internals ----------------------------------------------------------------------------------
+
+    def _weight(self, a: int, b: int) -> int:
+        return self._cum[b - self._origin] - self._cum[a - self._origin]
+
+    def _skip_space(self) -> None:
+        buf, i, n = self._buf, self._start - self._origin, len(self._buf)
+        while i < n and buf[i].isspace():
+            i += 1
+        self._start = i + self._origin
+
+    def _advance(self, final: bool) -> list[Unit]:
+        self._skip_space()
+        origin = self._origin
+        scan = max(self._scan, self._start) - origin
+        found: list[Mark] = []
+        frontier = scan_marks(self._buf, scan, final, found)
+        for cut, level in found:
+            cut += origin
+            if cut <= self._start:
+                continue
+            if self._marks and self._marks[-1][0] == cut:
+                if self._marks[-1][1] < level:
+                    self._marks[-1] = (cut, level)
+                continue
+            self._marks.append((cut, level))
+        self._scan = self._frontier = frontier + origin
+        units: list[Unit] = []
+        while self._start < self._total:
+            cut = self._next_cut(final)
+            if cut is None:
+                break
+            self._emit(cut, units)
+        if final and self._start < self._total:
+            self._emit(self._total, units)
+        self._trim()
+        return units
+
+    def _next_cut(self, final: bool) -> int | None:
+        """Where the current unit ends, if that is decided yet."""
+        start = self._start
+        reach = self._weight(start, self._frontier)
+        if self._first:
+            limit = self.first_max_chars
+            for cut, level in self._marks:
+                length = self._weight(start, cut)
+                if length > limit:
+                    break
+                if level >= SENTENCE and length >= self.min_chars:
+                    return cut
+                if level >= CLAUSE_LEVEL and length >= self.first_segment_min_chars:
+                    return cut
+            if reach > limit:
+                return self._cascade(limit, self.first_segment_min_chars)
+            return None
+        if reach <= self.target_chars:
+            return None  # the common case, O(1): the unit may still grow
+        best = None
+        for cut, level in self._marks:
+            if level < SENTENCE:
+                continue
+            length = self._weight(start, cut)
+            if length < self.min_chars:
+                continue
+            if length <= self.target_chars:
+                best = cut
+                continue
+            if best is None and length <= self.max_chars:
+                return cut  # one sentence longer than the target goes alone
+            break
+        if best is not None:
+            return best
+        if reach > self.max_chars:
+            return self._cascade(self.max_chars, self._spill_chars)
+        return None
+
+    def _cascade(self, limit: int, low: int) -> int:
+        """Cut a unit that found no sentence end within limit: clause/newline → space → grapheme."""
+        origin, buf, cum = self._origin, self._buf, self._cum
+        s = self._start - origin
+        # hi: the furthest cut (buffer index) keeping the unit within limit
+        hi = bisect_right(cum, cum[s] + limit, s, self._frontier - origin + 1) - 1
+        best, best_level = None, 0
+        for cut, level in self._marks:
+            length = self._weight(self._start, cut)
+            if length > limit:
+                break
+            if length >= low and level >= best_level:
+                best, best_level = cut, level
+        if best is not None:
+            return best
+        fallback = None
+        q = hi
+        while q > s and cum[q] - cum[s] >= self.min_chars:
+            if buf[q].isspace() and not buf[q - 1].isspace():
+                if cum[q] - cum[s] >= low:
+                    return q + origin
+                if fallback is None:
+                    fallback = q + origin
+            q -= 1
+        if fallback is not None:
+            return fallback
+        p = max(hi, s + 1)
+        while p > s + 1 and is_continuation(buf, p):
+            p -= 1
+        return p + origin
+
+    def _emit(self, cut: int, units: list[Unit]) -> None:
+        buf, origin = self._buf, self._origin
+        s, e = self._start - origin, cut - origin
+        while e > s and buf[e - 1].isspace():
+            e -= 1
+        if e > s:
+            units.append(Unit(normalize_space(buf[s:e]), self._start, e + origin, self._first))
+            self._first = False
+        self._start = cut
+        marks = self._marks
+        while marks and marks[0][0] <= cut:
+            marks.popleft()
+        self._skip_space()
+        while marks and marks[0][0] <= self._start:
+            marks.popleft()
+
+    def _trim(self) -> None:
+        drop = self._start - self._origin - _HISTORY
+        if drop > 4 * _HISTORY:
+            self._buf = self._buf[drop:]
+            del self._cum[:drop]
+            self._origin += drop

@@ -102,7 +102,9 @@ def _cu(lens: list[int]) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", ATTN_DTYPES)
 @pytest.mark.parametrize("shape", [(4, 2, 32), (16, 8, 128)])
-def test_varlen_attention_matches_per_row_sdpa(dtype: torch.dtype, shape: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize("use_tiles", [False, True])
+def test_varlen_attention_matches_per_row_sdpa(dtype: torch.dtype, shape: tuple[int, int, int],
+                                               use_tiles: bool) -> None:
     g = gen(5)
     num_q, num_kv, head_dim = shape
     lens = [37, 1, 70, 5] if head_dim == 32 else [20, 9]
@@ -113,7 +115,13 @@ def test_varlen_attention_matches_per_row_sdpa(dtype: torch.dtype, shape: tuple[
     # two trailing empty rows and a max_seqlen above the longest row: the shape of a padded graph bucket
     cu = _cu(lens + [0, 0])
     out = torch.full_like(q, float("nan"))
-    kernels.varlen_attention(q, k, v, cu, max(lens) + 40, out=out)
+    tiles = None
+    if use_tiles:
+        # graph-bucket shape: the work list has spare slots (row -1) past the real tiles
+        tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(num_tokens + 64, 8))
+        real = sum(-(-n // 64) for n in lens)
+        assert (tiles[:real, 0] >= 0).all() and (tiles[real:, 0] == -1).all()
+    kernels.varlen_attention(q, k, v, cu, max(lens) + 40, out=out, tiles=tiles)
     ref = kernels.varlen_attention_ref(q.double(), k.double(), v.double(), cu, max(lens))
     assert rel_err(out, ref) < tol(dtype)
 

@@ -4,12 +4,19 @@ Imports torch and triton; never imported by the web process. On a machine withou
 under Triton's interpreter (TRITON_INTERPRET=1 set before this package is imported) — tests do that.
 """
 
-from realtime_tts.engine.kernels.attention import varlen_attention, varlen_attention_ref
+from realtime_tts.engine.kernels.attention import (
+    attention_tiles,
+    max_attention_tiles,
+    varlen_attention,
+    varlen_attention_ref,
+)
 from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
 from realtime_tts.engine.kernels.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
 from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 
 __all__ = [
+    "attention_tiles",
+    "max_attention_tiles",
     "add_rms_norm",
     "add_rms_norm_ref",
     "qk_norm_rope",

@@ -34,13 +34,20 @@ def _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, of
 
 
 @triton.jit
-def _varlen_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr,
+def _varlen_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr,
                        stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
                        qk_scale_log2,
                        STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    m_block = tl.program_id(0)
-    row = tl.program_id(1)
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TILES: tl.constexpr):
+    if USE_TILES:
+        # One program per listed (row, m_block) tile: no idle programs for short rows; row -1 = unused slot.
+        row = tl.load(tiles_ptr + 2 * tl.program_id(0))
+        m_block = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
+        if row < 0:
+            return
+    else:
+        m_block = tl.program_id(0)
+        row = tl.program_id(1)
     head = tl.program_id(2)
     start = tl.load(cu_ptr + row)
     seqlen = tl.load(cu_ptr + row + 1) - start
@@ -77,13 +84,33 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def attention_tiles(cu_seqlens: torch.Tensor, max_tiles: int, block_m: int = 64) -> torch.Tensor:
+    """(row, m_block) work list [max_tiles, 2] int32 for varlen_attention, built on the device with fixed
+    shapes (no host sync; graph-capturable). max_tiles ≥ num_tokens / block_m + num_rows always suffices."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()  # [R]
+    blocks = (lengths + block_m - 1) // block_m
+    ends = blocks.cumsum(0)  # [R] tile index where each row's tiles end
+    slot = torch.arange(max_tiles, device=cu_seqlens.device)
+    row = torch.searchsorted(ends, slot, right=True)  # [max_tiles]
+    used = slot < ends[-1]
+    row_c = row.clamp(max=lengths.numel() - 1)
+    m_block = slot - (ends[row_c] - blocks[row_c])
+    return torch.stack((torch.where(used, row_c, -1), torch.where(used, m_block, 0)), 1).to(torch.int32)
+
+
+def max_attention_tiles(num_tokens: int, num_rows: int, block_m: int = 64) -> int:
+    return -(-num_tokens // block_m) + num_rows
+
+
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                      max_seqlen: int, scale: float | None = None, out: torch.Tensor | None = None,
-                     block_m: int = 64, block_n: int = 64, num_warps: int = 4,
-                     num_stages: int = 2) -> torch.Tensor:
+                     tiles: torch.Tensor | None = None, block_m: int = 64, block_n: int = 64,
+                     num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
     """cu_seqlens [num_rows + 1] int32 on q's device; max_seqlen ≥ every row's length (a graph bucket bound).
 
-    Returns o [num_tokens, num_q_heads, head_dim] (rows' tokens only; tokens after cu_seqlens[-1] untouched).
+    tiles: a work list from attention_tiles (same block_m): one program per real tile, else a
+    (max_seqlen / block_m, num_rows) grid with early exits. Returns o [num_tokens, num_q_heads, head_dim]
+    (rows' tokens only; tokens past cu_seqlens[-1] are left as they were in `out`).
     """
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
@@ -92,14 +119,19 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     out = torch.empty_like(q) if out is None else out
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     num_rows = cu_seqlens.numel() - 1
-    if num_rows > 0 and max_seqlen > 0:
+    if num_rows <= 0 or max_seqlen <= 0:
+        return out
+    if tiles is not None:
+        grid: tuple[int, int, int] = (tiles.shape[0], 1, num_q_heads)
+    else:
         grid = (triton.cdiv(max_seqlen, block_m), num_rows, num_q_heads)
-        _varlen_fwd_kernel[grid](
-            q, k, v, out, cu_seqlens,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            out.stride(0), out.stride(1), scale * 1.4426950408889634,
-            STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-            num_warps=num_warps, num_stages=num_stages)
+    _varlen_fwd_kernel[grid](
+        q, k, v, out, cu_seqlens, tiles if tiles is not None else cu_seqlens,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), scale * 1.4426950408889634,
+        STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, USE_TILES=tiles is not None,
+        num_warps=num_warps, num_stages=num_stages)
     return out
 
 

@@ -1,0 +1,362 @@
+"""Executes diffusion steps fast: fused Triton backbone, CUDA graphs per (token, batch, frame) bucket with
+static padded inputs, eager fallback on a miss, hit/miss counters. Semantics are realtime_tts.model.decoding's
+(pack → step_packed → unpack); this module changes only how a step runs. Worker processes only (torch).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from realtime_tts.model import decoding
+from realtime_tts.model.decoding import ItemState, PackedBatch
+from realtime_tts.model.network import OmniVoiceModel
+
+log = logging.getLogger("realtime_tts.runner")
+
+# Default ladders. Tokens: a 6 s design item is ~330 tokens (cond ~180 + uncond 150), clone ~490.
+TOKEN_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
+FRAME_QUANTUM = 32  # Tmax is padded to a multiple of this many frames (1.28 s)
+
+
+def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:
+    i = bisect.bisect_left(ladder, n)
+    return ladder[i] if i < len(ladder) else None
+
+
+class FusedBackbone:
+    """The model's Backbone forward with fused weights (qkv, gate_up) and Triton kernels for norms, q/k-norm +
+    RoPE, SwiGLU and varlen attention. Same function as model.llm (to bf16 rounding); holds its own copies of
+    the fused weight matrices (~0.6 GB at full size in bf16)."""
+
+    def __init__(self, model: OmniVoiceModel, block_m: int = 64) -> None:
+        from realtime_tts.engine import kernels
+
+        self.k = kernels
+        llm = model.llm
+        cfg = llm.cfg
+        self.eps = float(cfg["rms_norm_eps"])
+        self.num_heads, self.num_kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        self.head_dim = cfg["head_dim"]
+        self.inter = cfg["intermediate_size"]
+        self.block_m = block_m
+        self.llm = llm
+        self.layers: list[dict[str, torch.Tensor]] = []
+        for layer in llm.layers:
+            a, m = layer.self_attn, layer.mlp
+            self.layers.append({
+                "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
+                "qkv": torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0).contiguous(),
+                "o": a.o_proj.weight, "qn": a.q_norm.weight, "kn": a.k_norm.weight,
+                "gate_up": torch.cat([m.gate_proj.weight, m.up_proj.weight], 0).contiguous(),
+                "down": m.down_proj.weight,
+            })
+        self.final_norm = llm.norm.weight
+
+    def __call__(self, embeds: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
+                 max_seqlen: int) -> torch.Tensor:
+        """embeds [N, H] → hidden [N, H] after the final norm. Tokens past cu_seqlens[-1] are padding: they
+        are computed row-locally but never attended to, so they cannot disturb real rows."""
+        k = self.k
+        n = embeds.shape[0]
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        cos_table, sin_table = self.llm.rope_tables(max_seqlen, embeds.dtype)
+        cos, sin = cos_table[positions], sin_table[positions]  # [N, D]
+        tiles = k.attention_tiles(cu_seqlens, k.max_attention_tiles(n, cu_seqlens.numel() - 1, self.block_m),
+                                  self.block_m)
+        # Zeroed once: padding tokens are in no row, so attention never writes them; keep them finite.
+        attn = torch.zeros(n, hq, d, dtype=embeds.dtype, device=embeds.device)  # [N, Hq, D]
+        residual = embeds.clone()
+        x = k.rms_norm(residual, self.layers[0]["ln1"], self.eps)
+        for i, w in enumerate(self.layers):
+            qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
+            q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
+            k.qk_norm_rope(q, kk, w["qn"], w["kn"], cos, sin, self.eps)
+            k.varlen_attention(q, kk, v, cu_seqlens, max_seqlen, out=attn, tiles=tiles, block_m=self.block_m)
+            o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
+            x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
+            gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
+            act = k.silu_mul(gate_up[:, :self.inter], gate_up[:, self.inter:])
+            mlp = torch.matmul(act, w["down"].t())
+            nxt = self.layers[i + 1]["ln1"] if i + 1 < len(self.layers) else self.final_norm
+            x, residual = k.add_rms_norm(mlp, residual, nxt, self.eps)
+        return x
+
+
+@dataclass(frozen=True, slots=True)
+class BucketKey:
+    num_tokens: int
+    batch: int
+    frames: int
+    reveal_width: int
+
+
+@dataclass
+class RunnerStats:
+    graph_hits: int = 0
+    graph_misses: int = 0  # steps run eagerly because no graph fitted (or graphs are off)
+    graphs_captured: int = 0
+    capture_s: float = 0.0
+    steps: int = 0
+    step_s: float = 0.0  # host wall time inside step(), including the host packing work
+    miss_reasons: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"graph_hits": self.graph_hits, "graph_misses": self.graph_misses,
+                "graphs_captured": self.graphs_captured, "capture_s": round(self.capture_s, 3),
+                "steps": self.steps, "miss_reasons": dict(self.miss_reasons)}
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    batch: PackedBatch  # static, padded inputs (the graph reads these addresses)
+    tokens_out: torch.Tensor  # [Bb, 8, Tb]
+    step_out: torch.Tensor  # [Bb]
+
+
+class StepRunner:
+    """Runs decoding steps for a list of ItemStates (the role of realtime_tts.model.decoding.step).
+
+    use_fused: Triton backbone (CUDA; or anywhere under TRITON_INTERPRET). use_graphs: CUDA graphs per
+    bucket, captured on the first step that needs one (or ahead with capture()) while the card keeps
+    min_free_bytes free and fewer than max_graphs exist; anything else runs eagerly and counts as a miss.
+    """
+
+    def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
+                 max_graphs: int = 48, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
+                 token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
+                 batch_buckets: tuple[int, ...] = BATCH_BUCKETS) -> None:
+        cuda = model.device.type == "cuda"
+        self.model = model
+        self.use_fused = cuda if use_fused is None else use_fused
+        self.use_graphs = cuda if use_graphs is None else use_graphs
+        if self.use_graphs and not cuda:
+            raise ValueError("CUDA graphs need a CUDA model")
+        self.fused = FusedBackbone(model) if self.use_fused else None
+        self.max_graphs = max_graphs
+        self.min_free_bytes = min_free_bytes
+        self.capture_on_miss = capture_on_miss
+        self.token_buckets = token_buckets
+        self.batch_buckets = batch_buckets
+        self.graphs: dict[BucketKey, _Graph] = {}
+        self.stats = RunnerStats()
+        self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
+        # The last graphed step, to replay again without re-packing when the same states come back.
+        self._last: tuple[tuple[int, ...], list[int], _Graph, PackedBatch] | None = None
+        if self.use_graphs:
+            # Graphs hold the rope tables' addresses: grow them once, now, to the largest bucket.
+            model.llm.rope_tables(max(token_buckets), model.dtype)
+
+    # ------------------------------------------------------------------------------------------ the step
+    @torch.inference_mode()
+    def forward_step(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step on a packed batch → (new tokens [B, 8, Tmax], new step [B]); batch is not modified.
+        The same work as decoding.step_packed, with the fused backbone when enabled."""
+        model = self.model
+        embeds = model.embed(batch.ids, batch.audio_mask)  # [N, H]
+        if self.fused is not None:
+            hidden = self.fused(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen)
+        else:
+            hidden = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention)
+        c_logits = model.head(hidden[batch.cond_index]).permute(0, 2, 1, 3)  # [B, 8, Tmax, V]
+        u_logits = model.head(hidden[batch.uncond_index]).permute(0, 2, 1, 3)
+        cls_noise, pos_noise = decoding._item_noise(batch, model.audio_vocab)
+        tokens = decoding.score(c_logits, u_logits, batch, model.mask_id, cls_noise, pos_noise)
+        new_step = batch.step + (batch.step < batch.reveal.shape[1] - 1).long()
+        return tokens, new_step
+
+    @torch.inference_mode()
+    def step(self, states: list[ItemState]) -> None:
+        """One diffusion step for every live state (each at its own step index), in place."""
+        live = [s for s in states if not s.done]
+        if not live:
+            return
+        t0 = time.perf_counter()
+        ident = tuple(id(s) for s in live)
+        last = self._last
+        if last is not None and last[0] == ident and last[1] == [s.step for s in live]:
+            # Same states as the graphed step before, untouched since: the graph already advanced its
+            # static inputs in place, so replay without packing.
+            graph, batch = last[2], last[3]
+            graph.graph.replay()
+            self.stats.graph_hits += 1
+        else:
+            self._last = None
+            batch = decoding.pack(live, self.model.device)
+            graph = self._graph_for(batch) if self.use_graphs else None
+            if graph is not None:
+                self._load(graph.batch, batch)
+                graph.graph.replay()
+                num_b, t_max = batch.tokens.shape[0], batch.tokens.shape[2]
+                batch.tokens = graph.tokens_out[:num_b, :, :t_max]
+                batch.step = graph.step_out[:num_b]
+                self.stats.graph_hits += 1
+            else:
+                batch.tokens, batch.step = self.forward_step(batch)
+                self.stats.graph_misses += 1
+        decoding.unpack(batch, live)
+        if graph is not None:
+            self._last = (ident, [s.step for s in live], graph, batch)
+        self.stats.steps += 1
+        self.stats.step_s += time.perf_counter() - t0
+
+    def run(self, items: list[Any]) -> list[torch.Tensor]:
+        """Decode prepared items to completion together → code grids [8, T_i] on the CPU."""
+        states = [ItemState.start(it, self.model.device) for it in items]
+        while not all(s.done for s in states):
+            self.step(states)
+        return [s.tokens.cpu() for s in states]
+
+    @torch.inference_mode()
+    def run_graphed(self, items: list[Any]) -> list[torch.Tensor] | None:
+        """Like run(), but with no host work between steps: one graph replayed back to back (the items
+        advance together). None when no graph fits the batch."""
+        states = [ItemState.start(it, self.model.device) for it in items]
+        batch = decoding.pack(states, self.model.device)
+        graph = self._graph_for(batch) if self.use_graphs else None
+        if graph is None:
+            return None
+        self._load(graph.batch, batch)
+        num_steps = max(len(it.reveal) for it in items)
+        for _ in range(num_steps):
+            graph.graph.replay()
+        self.stats.graph_hits += num_steps
+        self.stats.steps += num_steps
+        num_b = len(items)
+        tokens = graph.tokens_out[:num_b].cpu()
+        return [tokens[b, :, :it.num_frames].clone() for b, it in enumerate(items)]
+
+    def decode(self, states_or_codes: list[Any]) -> list[Any]:
+        """Finished code grids → waveforms, batched across items of equal length by the codec."""
+        codes = [s.tokens if isinstance(s, ItemState) else s for s in states_or_codes]
+        return self.model.codec.decode(codes)
+
+    # --------------------------------------------------------------------------------------- buckets
+    def bucket_for(self, batch: PackedBatch) -> BucketKey | str:
+        """The bucket a packed batch pads to, or the reason there is none."""
+        # +1 token: invalid (padded) target slots are written into one spare padding token.
+        num_tokens = _ceil_to(self.token_buckets, batch.num_tokens + 1)
+        num_b = _ceil_to(self.batch_buckets, batch.batch_size)
+        if num_tokens is None:
+            return "tokens"
+        if num_b is None:
+            return "batch"
+        if batch.any_class_sampling:
+            return "class_sampling"  # the graphs are captured for argmax tokens
+        frames = -(-int(batch.tokens.shape[2]) // FRAME_QUANTUM) * FRAME_QUANTUM
+        width = 33 if batch.reveal.shape[1] <= 33 else -(-batch.reveal.shape[1] // 64) * 64 + 1
+        return BucketKey(num_tokens, num_b, frames, width)
+
+    def _graph_for(self, batch: PackedBatch) -> _Graph | None:
+        key = self.bucket_for(batch)
+        if isinstance(key, str):
+            self._miss(key)
+            return None
+        graph = self.graphs.get(key)
+        if graph is None and self.capture_on_miss:
+            graph = self.capture(key)
+        if graph is None:
+            self._miss("not_captured")
+        return graph
+
+    def _miss(self, reason: str) -> None:
+        self.stats.miss_reasons[reason] = self.stats.miss_reasons.get(reason, 0) + 1
+
+    def capture(self, key: BucketKey) -> _Graph | None:
+        """Capture the step graph for one bucket (None when over max_graphs or the memory headroom)."""
+        if key in self.graphs:
+            return self.graphs[key]
+        if len(self.graphs) >= self.max_graphs:
+            return None
+        free, _ = torch.cuda.mem_get_info(self.model.device)
+        if free < self.min_free_bytes:
+            return None
+        t0 = time.perf_counter()
+        static = self._static_batch(key)
+        stream = torch.cuda.Stream(self.model.device)
+        stream.wait_stream(torch.cuda.current_stream(self.model.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up: Triton compilation, cuBLAS handles, allocator
+                self._advance(static)
+        torch.cuda.current_stream(self.model.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self._advance(static)
+        entry = _Graph(graph=graph, batch=static, tokens_out=static.tokens, step_out=static.step)
+        self.graphs[key] = entry
+        self.stats.graphs_captured += 1
+        self.stats.capture_s += time.perf_counter() - t0
+        log.info("captured step graph %s in %.2f s", key, time.perf_counter() - t0)
+        return entry
+
+    @torch.inference_mode()
+    def _advance(self, static: PackedBatch) -> None:
+        """One step that writes its results back into its own inputs (tokens, step, target ids), so that
+        replays chain without host work. Padded target slots all land in the spare last token."""
+        tokens, new_step = self.forward_step(static)
+        flat = tokens.permute(1, 0, 2).reshape(8, -1)  # [8, Bb·Tb]
+        static.ids[:, static.cond_index.flatten()] = flat
+        static.ids[:, static.uncond_index.flatten()] = flat
+        static.tokens.copy_(tokens)
+        static.step.copy_(new_step)
+
+    def _static_batch(self, key: BucketKey) -> PackedBatch:
+        """Padded input buffers for one bucket, filled with a harmless empty batch."""
+        dev = self.model.device
+        n, b, t = key.num_tokens, key.batch, key.frames
+        mask_id = self.model.mask_id
+
+        def z(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            return torch.zeros(*shape, dtype=dtype, device=dev)
+
+        batch = PackedBatch(
+            ids=z(8, n), audio_mask=z(n, dtype=torch.bool), positions=z(n),
+            cu_seqlens=z(2 * b + 1, dtype=torch.int32), max_seqlen=n,
+            cond_index=torch.full((b, t), n - 1, dtype=torch.long, device=dev),
+            uncond_index=torch.full((b, t), n - 1, dtype=torch.long, device=dev),
+            valid=z(b, t, dtype=torch.bool), flat_valid=torch.arange(b * t, device=dev), num_frames=z(b),
+            tokens=torch.full((b, 8, t), mask_id, dtype=torch.long, device=dev), step=z(b),
+            reveal=z(b, key.reveal_width), seed=z(b), guidance=z(b, dtype=torch.float32),
+            layer_penalty=z(b, dtype=torch.float32), position_temperature=z(b, dtype=torch.float32),
+            class_temperature=z(b, dtype=torch.float32), any_class_sampling=False, items=[])
+        # One short first row keeps the warm-up runs' attention inputs well formed (and cheap).
+        batch.cu_seqlens[1:] = min(n - 1, 256)
+        return batch
+
+    def _load(self, static: PackedBatch, batch: PackedBatch) -> None:
+        """Copy a packed batch into a bucket's static buffers (pads: no-op tokens, empty rows, k = 0)."""
+        n, num_b, t_max = batch.num_tokens, batch.batch_size, int(batch.tokens.shape[2])
+        spare = static.ids.shape[1] - 1  # padded target slots gather from / write to this token
+        static.ids[:, :n].copy_(batch.ids)
+        static.ids[:, n:].zero_()
+        static.audio_mask[:n].copy_(batch.audio_mask)
+        static.audio_mask[n:].zero_()
+        static.positions[:n].copy_(batch.positions)
+        static.positions[n:].zero_()
+        rows = batch.cu_seqlens.numel() - 1
+        static.cu_seqlens[:rows + 1].copy_(batch.cu_seqlens)
+        static.cu_seqlens[rows + 1:] = n
+        for dst, src in ((static.cond_index, batch.cond_index), (static.uncond_index, batch.uncond_index)):
+            dst.fill_(spare)
+            dst[:num_b, :t_max].copy_(torch.where(batch.valid, src, spare))
+        static.valid.zero_()
+        static.valid[:num_b, :t_max].copy_(batch.valid)
+        static.num_frames.zero_()
+        static.num_frames[:num_b].copy_(batch.num_frames)
+        static.tokens.fill_(self.model.mask_id)
+        static.tokens[:num_b, :, :t_max].copy_(batch.tokens)
+        static.step.zero_()
+        static.step[:num_b].copy_(batch.step)
+        static.reveal.zero_()
+        static.reveal[:num_b, :batch.reveal.shape[1]].copy_(batch.reveal)
+        for name in ("seed", "guidance", "layer_penalty", "position_temperature", "class_temperature"):
+            dst = getattr(static, name)
+            dst.zero_()
+            dst[:num_b].copy_(getattr(batch, name))

@@ -226,6 +226,7 @@ async def _collect(synth: Synthesis) -> bytes:
 
 async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Synthesis) -> Response:
     """Answer one HTTP speech request: buffered body, chunked audio stream, or SSE."""
+    synth.speak(req.text)
     fmt = req.response_format
     sse = req.stream_format == "sse"
     streamed = sse or (req.stream is None and fmt in audio.STREAMABLE_FORMATS)

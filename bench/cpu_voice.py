@@ -1,0 +1,161 @@
+"""Benchmark of the CPU voice through the real server: first-audio latency (p50/p95) and x-realtime for 1, 2
+and 4 concurrent WS /v1/stream clients. Starts its own server, prints a table, writes
+bench/results/cpu_voice.md.
+
+    .venv/bin/python bench/cpu_voice.py [--requests 30] [--port 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import httpx
+import numpy as np
+import websockets
+
+REPO = Path(__file__).resolve().parents[1]
+SHORT = "Hello there, how are you today?"  # 6 words
+LONG = (
+    "The old lighthouse stood at the edge of the cliff, its white paint peeling after decades of storms. "
+    "Every evening the keeper climbed the spiral stairs, trimmed the wick, and watched the beam sweep across "
+    "the water. Ships passed in the distance, their lights blinking like slow stars. Some nights the fog rolled "
+    "in so thick that the beam seemed to stop a few metres from the glass. On those nights he sounded the horn "
+    "every thirty seconds until dawn, and drank his tea standing by the window. When the automatic lamp was "
+    "finally installed, he stayed on anyway, because somebody had to listen to the sea. "
+) * 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port),
+                             "--log-level", "warning"], cwd=REPO)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+async def one(url: str, text: str, seed: int) -> tuple[float, float, float, float]:
+    """→ (client first-audio ms, server ttfa ms, audio s, wall s)."""
+    t0 = time.perf_counter()
+    first = None
+    nbytes = 0
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"text": text, "seed": seed}))
+        while True:
+            msg = await ws.recv()
+            if isinstance(msg, bytes):
+                first = first or time.perf_counter()
+                nbytes += len(msg)
+            else:
+                stats = json.loads(msg)["stats"]
+                break
+    wall = time.perf_counter() - t0
+    assert first is not None
+    return (first - t0) * 1e3, stats["ttfa_ms"], nbytes / 2 / 24000, wall
+
+
+async def run(url: str, clients: int, requests: int, text: str) -> dict[str, float]:
+    async def client(k: int) -> list[tuple[float, float, float, float]]:
+        return [await one(url, text, seed=k * 1000 + i) for i in range(requests)]
+
+    t0 = time.perf_counter()
+    results = [r for rs in await asyncio.gather(*(client(k) for k in range(clients))) for r in rs]
+    wall = time.perf_counter() - t0
+    lat = np.array([r[0] for r in results])
+    srv = np.array([r[1] for r in results])
+    audio_s = sum(r[2] for r in results)
+    return {"clients": clients, "n": len(results), "p50": float(np.percentile(lat, 50)),
+            "p95": float(np.percentile(lat, 95)), "srv_p50": float(np.percentile(srv, 50)),
+            "xrt": audio_s / wall, "audio_s": audio_s, "wall_s": wall}
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} logical cores"
+
+
+def versions() -> str:
+    def v(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "-"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    return (f"python {platform.python_version()}, hibari-tts {v('hibari-tts')}, onnxruntime {v('onnxruntime')}, "
+            f"numpy {v('numpy')}, uvicorn {v('uvicorn')}, starlette {v('starlette')}, realtime_tts {commit.strip()}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=30, help="short requests per client")
+    ap.add_argument("--bulk-requests", type=int, default=2, help="long requests per client (bulk x-realtime)")
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    port = args.port or free_port()
+    proc = start_server(port)
+    url = f"ws://127.0.0.1:{port}/v1/stream"
+    try:
+        asyncio.run(run(url, 1, 3, SHORT))  # warm-up
+        short = [asyncio.run(run(url, c, args.requests, SHORT)) for c in (1, 2, 4)]
+        bulk = [asyncio.run(run(url, c, args.bulk_requests, LONG)) for c in (1, 2, 4)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    cores = os.cpu_count() or 1
+    lines = [
+        "| clients | requests | first audio p50 (ms) | p95 (ms) | server ttfa p50 (ms) | x-realtime (short) "
+        "| x-realtime (bulk) | bulk x-realtime per core |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s, b in zip(short, bulk):
+        lines.append(f"| {s['clients']} | {s['n']} | {s['p50']:.1f} | {s['p95']:.1f} | {s['srv_p50']:.1f} | "
+                     f"{s['xrt']:.1f} | {b['xrt']:.1f} | {b['xrt'] / cores:.1f} |")
+    table = "\n".join(lines)
+    print(table)
+    cmd = "python bench/cpu_voice.py " + " ".join(sys.argv[1:])
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    md = (
+        "# CPU voice through the server (WS /v1/stream)\n\n"
+        f"- command: `{cmd.strip()}`\n- date: {now}\n- machine: {machine()}\n- versions: {versions()}\n\n"
+        f"Short request: \"{SHORT}\" (6 words); each client sends them back to back. First audio is measured "
+        "in the client, from sending the request to the first binary frame (the server's own ttfa_ms from "
+        f"the stats envelope is beside it). Bulk: a {len(LONG.split())}-word text per request; x-realtime = "
+        "seconds of audio delivered / wall seconds, over all clients together.\n\n"
+        f"{table}\n"
+    )
+    out = REPO / "bench" / "results" / "cpu_voice.md"
+    out.write_text(md)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Fixtures for the model tests: one tiny random checkpoint per session, loaded by our code and by the
+reference `omnivoice` 0.2.1 (the parity oracle, a test-only dependency), both fp32 on CPU."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from realtime_tts.model import OmniVoiceModel, build_random_checkpoint
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("omnivoice_tiny")
+    build_random_checkpoint(path, size="tiny", seed=0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def ours(tiny_ckpt: Path) -> OmniVoiceModel:
+    return OmniVoiceModel.from_pretrained(tiny_ckpt, dtype=torch.float32, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_ckpt: Path) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        omnivoice = pytest.importorskip("omnivoice")
+    logging.getLogger("omnivoice").setLevel(logging.ERROR)
+    return omnivoice.OmniVoice.from_pretrained(str(tiny_ckpt), dtype=torch.float32, device_map="cpu")

@@ -1,0 +1,113 @@
+"""Property tests: lossless units, limits kept, and the same units however the text is chunked."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from realtime_tts.text import SentenceBuffer, Unit, budget_length, normalize_space, split_text
+
+# Fragments that exercise every rule: sentence ends in many scripts, clause marks, closers, abbreviations,
+# decimals, versions, URLs, ellipses, newlines, combining marks, emoji ZWJ sequences, CJK without spaces.
+FRAGMENTS = [
+    "Hello", "world", "the", "a", "I", "Mr.", "Dr.", "e.g.", "U.S.", "etc.", "No.", "3.14", "v1.2.3",
+    "https://example.com/a.b?c=d.", "a.b@c.io", "1.", "42.", "...", "…", ".", "!", "?", "?!", ",", ";", ":",
+    "\"", "”", "'", ")", "(", "—", "-", " ", " ", " ", "  ", "\n", "\n\n", "\t", "\u3000", "\u00a0",
+    "你好", "世界", "。", "！", "？", "；", "，", "、", "……", "」", "「", "こんにちは", "ですね", "안녕하세요",
+    "ภาษาไทย", "สวัสดีครับ", "नमस्ते", "।", "हिन्दी", "مرحبا", "؟", "،", "؛", "Привет", "т.е.", "Как",
+    "Straße", "z.", "B.", "déjà", "vu", "👍🏽", "👨\u200d👩\u200d👧", "🇯🇵", "e\u0301", "12:30", "3,000",
+    "ok", "Yes", "no", "x" * 30, "中" * 25,
+]
+
+WORDS = [f for f in FRAGMENTS if f.strip() and f[0].isalnum()]
+MARKS = list(".!?…。！？；，、।؟،;:,—") + ["...", "?!", "……"]
+CLOSING = ["", "", "\"", "”", "」", ")", "’", "*", "」」"]
+GAPS = ["", " ", " ", " ", "\n", "\n\n", "  ", "\u3000"]
+
+# Sentence-shaped pieces so terminators, closers and gaps meet often (and meet chunk borders often).
+sentence_piece = st.builds(lambda w, m, c, g: w + m + c + g, st.sampled_from(WORDS), st.sampled_from(MARKS),
+                           st.sampled_from(CLOSING), st.sampled_from(GAPS))
+text_strategy = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=3) | sentence_piece,
+                         max_size=60).map("".join)
+
+
+@st.composite
+def limits(draw: st.DrawFn) -> dict[str, int]:
+    min_chars = draw(st.integers(1, 8))
+    first = draw(st.integers(min_chars, 40))
+    max_chars = draw(st.integers(max(first, 12), 90))
+    target = draw(st.integers(min_chars, max_chars))
+    return {"min_chars": min_chars, "first_segment_min_chars": first, "target_chars": target,
+            "max_chars": max_chars}
+
+
+def check_lossless(raw: str, units: list[Unit]) -> None:
+    """Units are raw's visible text, in order, once; only whitespace between them."""
+    pos = 0
+    for unit in units:
+        assert pos <= unit.start < unit.end <= len(raw)
+        assert raw[pos:unit.start].strip() == "", (raw[pos:unit.start], units)
+        assert not raw[unit.start].isspace() and not raw[unit.end - 1].isspace()
+        assert unit.text == normalize_space(raw[unit.start:unit.end])
+        pos = unit.end
+    assert raw[pos:].strip() == ""
+    assert "".join("".join(u.text.split()) for u in units) == "".join(raw.split())
+
+
+def run_chunks(chunks: list[str], params: dict[str, int]) -> list[Unit]:
+    buffer = SentenceBuffer(**params)
+    units: list[Unit] = []
+    fed = ""
+    for chunk in chunks:
+        units += buffer.feed(chunk)
+        fed += chunk
+        assert buffer.pending == fed[units[-1].end if units else 0:].lstrip()
+    return units + buffer.end()
+
+
+def split_at(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text_strategy, st.lists(st.integers(0, 10_000), max_size=40), limits())
+def test_buffer_lossless_and_chunking_invariant(text: str, cuts: list[int], params: dict[str, int]) -> None:
+    whole = run_chunks([text], params)
+    check_lossless(text, whole)
+    assert run_chunks(split_at(text, cuts), params) == whole
+    assert run_chunks(list(text), params) == whole
+    for unit in whole:
+        # within the limit, unless one grapheme alone is heavier
+        assert budget_length(text[unit.start:unit.end]) <= params["max_chars"] or unit.end - unit.start <= 2
+    assert [u.first for u in whole] == [i == 0 for i in range(len(whole))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(text_strategy, min_size=1, max_size=4), limits())
+def test_buffer_turns_and_flushes_keep_offsets(parts: list[str], params: dict[str, int]) -> None:
+    buffer = SentenceBuffer(**params)
+    raw = ""
+    units: list[Unit] = []
+    expect_first = True
+    for k, part in enumerate(parts):
+        turn = buffer.feed(part)
+        turn += buffer.flush() if k % 2 else buffer.end()
+        assert buffer.pending == ""
+        raw += part
+        assert [u.first for u in turn] == [expect_first and i == 0 for i in range(len(turn))]
+        expect_first = (expect_first and not turn) if k % 2 else True
+        units += turn
+    check_lossless(raw, units)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text_strategy, st.integers(12, 200), st.integers(0, 200), st.none() | st.integers(4, 60))
+def test_split_text_lossless_and_within_max(text: str, target: int, extra: int, first: int | None) -> None:
+    max_chars = target + extra
+    first = None if first is None else min(first, max_chars)
+    units = split_text(text, target_chars=target, max_chars=max_chars, first_chars=first)
+    check_lossless(text, units)
+    for unit in units:
+        assert budget_length(text[unit.start:unit.end]) <= max_chars or unit.end - unit.start <= 2
+    assert [u.first for u in units] == [i == 0 for i in range(len(units))]

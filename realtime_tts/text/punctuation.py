@@ -55,6 +55,14 @@ ABBREVIATIONS = frozenset(
 # These are abbreviations only before a number ("No. 5", "pp. 12"); elsewhere "no." can end a sentence.
 NUMERIC_ABBREVIATIONS = frozenset("no nos nr art p pp ch sec para tel n".split())
 
+# A number + "." before one of these is an ordinal date ("am 3. Oktober"), not a sentence end.
+MONTHS = frozenset(
+    """
+    januar jänner februar märz april mai juni juli august september oktober november dezember
+    january february march june july october december
+    """.split()
+)
+
 # Cut levels, strongest first. The stream buffer treats PARAGRAPH like SENTENCE; the chunker prefers it.
 PARAGRAPH = 4  # blank line
 SENTENCE = 3
@@ -73,6 +81,9 @@ _SPACED_RUN = frozenset(SPACED_TERMINATORS + ELLIPSIS)
 _ANY_RUN = frozenset(SPACED_TERMINATORS + ELLIPSIS + TERMINATORS)
 _CLAUSE_RUN = frozenset(CLAUSE)
 _CLOSERS = frozenset(CLOSERS)
+_GUILLEMETS = frozenset("\u00bb\u203a")
+_GUILLEMET_SPACE = frozenset(" \u00a0\u202f")
+_WORD_CHAR = regex.compile(r"[\p{L}\p{M}]")
 _STRONG_LATIN = frozenset("!?\u203c\u2047\u2048\u2049")
 _SINGLE_LETTER = regex.compile(r"[\p{Lu}\p{Ll}]")
 _DOTTED = regex.compile(r"(?:\p{L}{1,3}\.)+\p{L}{1,3}")
@@ -153,13 +164,15 @@ def _resolve(text: str, i: int, final: bool) -> tuple[int, int, int] | None:
         if c == "\uff0e" and r == i + 1 and 0 < i and text[i - 1].isdigit() and r < n and text[r].isdigit():
             return i, 0, r  # fullwidth decimal point
         e = _closers(text, r)
-        if e == n and not final:
+        if not final and _open_end(text, e):
             return None
         return e, SENTENCE, e
     if c in SPACED_CLAUSE:
         e = _closers(text, i + 1)
+        if not final and _open_end(text, e):
+            return None
         if e == n:
-            return (e, CLAUSE_LEVEL, e) if final else None
+            return e, CLAUSE_LEVEL, e
         if text[e].isspace() or is_cjk(text[e]):
             return e, CLAUSE_LEVEL, e
         return i, 0, i + 1
@@ -168,16 +181,27 @@ def _resolve(text: str, i: int, final: bool) -> tuple[int, int, int] | None:
     while r < n and text[r] in _CLAUSE_RUN:
         r += 1
     e = _closers(text, r)
-    if e == n and not final:
+    if not final and _open_end(text, e):
         return None
     return e, CLAUSE_LEVEL, e
 
 
 def _closers(text: str, i: int) -> int:
     n = len(text)
-    while i < n and text[i] in _CLOSERS:
-        i += 1
+    while i < n:
+        if text[i] in _CLOSERS:
+            i += 1
+        elif text[i] in _GUILLEMET_SPACE and i + 1 < n and text[i + 1] in _GUILLEMETS:
+            i += 2  # French « … idée. » puts a (no-break) space before the closing guillemet
+        else:
+            break
     return i
+
+
+def _open_end(text: str, e: int) -> bool:
+    """Could more closers follow text[:e] once more text arrives?"""
+    n = len(text)
+    return e == n or (e + 1 == n and text[e] in _GUILLEMET_SPACE)
 
 
 def _resolve_latin(text: str, i: int, final: bool) -> tuple[int, int, int] | None:
@@ -186,7 +210,7 @@ def _resolve_latin(text: str, i: int, final: bool) -> tuple[int, int, int] | Non
     while r < n and text[r] in _ANY_RUN:
         r += 1
     e = _closers(text, r)
-    if e == n and not final:
+    if not final and _open_end(text, e):
         return None  # the run, its closers or what follows may still grow
     run = text[i:r]
     strong = any(ch in _STRONG_LATIN for ch in run)
@@ -200,7 +224,7 @@ def _resolve_latin(text: str, i: int, final: bool) -> tuple[int, int, int] | Non
         j, _, long_gap = got
         visible = "" if long_gap or j == n else text[j]
     elif is_cjk(follower):
-        visible = follower
+        j, visible = e, follower
     else:
         return i, 0, r  # glued to the next word: 3.14, v1.2, a.b@c.io, example.com, "Hi!there"
     if not strong and run != ".":
@@ -209,6 +233,14 @@ def _resolve_latin(text: str, i: int, final: bool) -> tuple[int, int, int] | Non
         return i, 0, e  # the sentence goes on: 'he asked "why?" and left', 'approx. five'
     if not strong and _is_abbreviation(text, i, visible):
         return i, 0, e
+    if not strong and visible and j < n and text[i - 1 : i].isdigit():
+        word_end = j
+        while word_end < n and word_end - j < MAX_WORD and _WORD_CHAR.match(text, word_end):
+            word_end += 1
+        if word_end == n and not final and word_end - j < MAX_WORD:
+            return None  # need the whole next word: "3. Oktober" is a date
+        if text[j:word_end].lower() in MONTHS:
+            return i, 0, e
     return e, SENTENCE, e
 
 

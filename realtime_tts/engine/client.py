@@ -1,0 +1,466 @@
+"""OmniVoiceEngine: the web-process side of the OmniVoice workers — spawn, route, stream results, restart.
+
+Lives on the event loop; pipe I/O runs in one reader and one writer thread per worker so the loop never
+blocks. Must not import torch or realtime_tts.model (a test asserts it): workers are spawned processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Literal
+
+import numpy as np
+
+from realtime_tts import errors, omnivoice_text
+from realtime_tts.config import Config
+from realtime_tts.engine import ipc, worker
+from realtime_tts.engine.base import (AudioChunk, Capabilities, EngineHealth, EngineLoad, SegmentRequest,
+                                      VoicePrompt, WorkerHealth)
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE_HZ = 24_000
+ENGINE_NAME = "omnivoice"
+MAX_PROMPT_AUDIO_S = 60.0
+WorkerStatus = Literal["ok", "loading", "restarting", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkerExited:
+    """Queued to every in-flight request of a worker whose process ended."""
+
+    message: str
+
+
+_Inbox = asyncio.Queue[ipc.FromWorker | _WorkerExited]
+
+
+@dataclass(eq=False)
+class _Worker:
+    worker_id: int
+    device: str
+    status: WorkerStatus = "loading"
+    restarts: int = 0
+    consecutive_failures: int = 0
+    detail: str = ""
+    generation: int = 0  # bumped at each spawn; messages of an older process are ignored
+    process: BaseProcess | None = None
+    pid: int | None = None
+    outbox: queue.SimpleQueue[bytes | None] = field(default_factory=queue.SimpleQueue)
+    in_flight: dict[str, _Inbox] = field(default_factory=dict)
+    ready: asyncio.Future[None] | None = None
+    stats: ipc.Stats | None = None
+    restart_task: asyncio.Task[None] | None = None
+
+
+def _errors_by_code() -> dict[str, type[errors.TTSError]]:
+    table: dict[str, type[errors.TTSError]] = {}
+    pending: list[type[errors.TTSError]] = [errors.TTSError]
+    while pending:
+        cls = pending.pop()
+        table.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return table
+
+
+_ERRORS = _errors_by_code()
+
+
+def count_gpus() -> int:
+    """Visible NVIDIA GPUs, found without importing torch (CUDA_VISIBLE_DEVICES, then the driver)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v for v in visible.split(",") if v.strip()]
+        return 0 if not ids or ids[0].strip() == "-1" else len(ids)
+    if os.path.isdir("/proc/driver/nvidia/gpus"):
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return 0
+        return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    return 0
+
+
+def worker_devices(config: Config) -> list[str]:
+    """One device per worker: every visible GPU (or config.omnivoice.gpus of them), else one CPU worker."""
+    cfg = config.omnivoice
+    num_visible = count_gpus() if cfg.device in ("auto", "cuda") else 0
+    if cfg.device == "cuda" and num_visible == 0:
+        raise errors.EngineUnavailable("omnivoice device is 'cuda' but no GPU is visible")
+    if num_visible == 0:
+        return ["cpu"]
+    num = cfg.gpus or num_visible
+    if num > num_visible:
+        raise errors.EngineUnavailable(f"gpus={num} requested but only {num_visible} GPU(s) are visible")
+    return [f"cuda:{i}" for i in range(num)]
+
+
+def _prompt_payload(request: SegmentRequest) -> ipc.Prompt | None:
+    prompt = request.voice.prompt
+    if prompt is None:
+        return None
+    if prompt.engine != ENGINE_NAME:
+        raise errors.BadRequest(f"voice: this clone prompt was made by engine {prompt.engine!r}, "
+                                f"not {ENGINE_NAME!r}; re-create the voice", field="voice")
+    if prompt.num_codebooks < 1 or len(prompt.codes) != 2 * prompt.num_codebooks * prompt.num_frames:
+        raise errors.BadRequest("voice: clone prompt codes do not match their shape", field="voice")
+    return ipc.Prompt(prompt.ref_text, prompt.codes, prompt.num_codebooks, prompt.num_frames, prompt.ref_rms)
+
+
+def to_submit(request: SegmentRequest) -> ipc.Submit:
+    """Validate everything pure Python can (so bad input is a 400, never a failed batch) and build the
+    worker message."""
+    if not request.text or not request.text.strip():
+        raise errors.BadRequest("text must not be empty", field="text")
+    mode = request.voice.mode
+    if mode not in ("auto", "design", "clone"):
+        raise errors.UnsupportedVoiceMode(f"voice mode {mode!r}: omnivoice supports auto, design, clone",
+                                          field="voice")
+    instruct = None
+    if mode == "design" or request.voice.instruct:
+        instruct = omnivoice_text.normalize_instruct(request.voice.instruct, request.text)
+        if mode == "design" and instruct is None:
+            raise errors.BadRequest("instruct is required for voice design", field="instruct")
+    prompt = _prompt_payload(request)
+    if mode == "clone" and prompt is None:
+        raise errors.BadRequest("voice: clone needs a saved voice or reference audio", field="voice")
+    if not omnivoice_text.is_known_language(request.language):
+        raise errors.BadRequest(f"language: unknown language {request.language!r}; use an ISO code or an "
+                                "English language name, or omit it", field="language")
+    omnivoice_text.validate_speed_duration(request.speed, request.duration_s)
+    if not 1 <= request.num_step <= 64:
+        raise errors.BadRequest(f"num_step must be within 1..64, got {request.num_step}", field="num_step")
+    if not 0.0 <= request.guidance_scale <= 20.0:
+        raise errors.BadRequest(f"guidance_scale must be within 0..20, got {request.guidance_scale}",
+                                field="guidance_scale")
+    if request.temperature < 0.0 or request.position_temperature < 0.0:
+        raise errors.BadRequest("temperature must be >= 0", field="temperature")
+    return ipc.Submit(
+        request_id=request.request_id, text=request.text, mode=mode, instruct=instruct, prompt=prompt,
+        language=omnivoice_text.resolve_language(request.language), speed=request.speed,
+        duration_s=request.duration_s, num_step=request.num_step, guidance_scale=request.guidance_scale,
+        temperature=request.temperature, position_temperature=request.position_temperature,
+        top_p=request.top_p, seed=request.seed, denoise=request.denoise, priority=request.priority,
+        deadline_s=request.deadline_s)
+
+
+class OmniVoiceEngine:
+    """engine.base.Engine over one spawned worker process per GPU (or one CPU worker)."""
+
+    load_timeout_s: float = 600.0
+    stop_timeout_s: float = 10.0
+    max_restart_backoff_s: float = 30.0
+
+    def __init__(self, config: Config) -> None:
+        if not config.omnivoice.model:
+            raise errors.EngineUnavailable("omnivoice: no model directory configured (--model)")
+        self._config = config
+        self._model_dir = os.path.abspath(os.path.expanduser(config.omnivoice.model))
+        self._workers: list[_Worker] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._started = False
+        self._context = multiprocessing.get_context("spawn")
+        device = "cpu" if config.omnivoice.device == "cpu" else ("cuda" if count_gpus() else "cpu")
+        self._capabilities = Capabilities(
+            engine=ENGINE_NAME, model=os.path.basename(self._model_dir.rstrip("/")) or ENGINE_NAME,
+            sample_rate=SAMPLE_RATE_HZ, voice_modes=frozenset({"auto", "design", "clone"}), languages=None,
+            deterministic=True, device=device)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        if not os.path.isdir(self._model_dir):
+            raise errors.EngineUnavailable(f"omnivoice model directory {self._model_dir!r} does not exist")
+        self._loop = asyncio.get_running_loop()
+        self._stopping = False
+        self._workers = [_Worker(i, dev) for i, dev in enumerate(worker_devices(self._config))]
+        for w in self._workers:
+            await asyncio.to_thread(self._spawn, w)
+        results = await asyncio.gather(*(self._wait_ready(w) for w in self._workers), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if len(failures) == len(self._workers):
+            await self.stop()
+            raise errors.EngineUnavailable(f"omnivoice workers failed to start: {failures[0]}")
+        self._started = True
+
+    async def _wait_ready(self, w: _Worker) -> None:
+        assert w.ready is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(w.ready), self.load_timeout_s)
+        except asyncio.TimeoutError:
+            raise errors.EngineUnavailable(f"worker {w.worker_id} did not load within {self.load_timeout_s} s")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._started = False
+        for w in self._workers:
+            if w.restart_task is not None:
+                w.restart_task.cancel()
+            self._fail_in_flight(w, "omnivoice engine stopped")
+            w.outbox.put(ipc.encode(ipc.Shutdown()))
+        await asyncio.gather(*(asyncio.to_thread(self._reap, w) for w in self._workers))
+
+    def _reap(self, w: _Worker) -> None:
+        process = w.process
+        if process is None:
+            return
+        process.join(self.stop_timeout_s)
+        if process.is_alive():
+            log.warning("omnivoice worker %d did not exit; terminating", w.worker_id)
+            process.terminate()
+            process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+
+    def _spawn(self, w: _Worker) -> None:
+        """Start a worker process and its pipe threads (runs in a thread: process start takes a while)."""
+        assert self._loop is not None
+        loop = self._loop
+        options = ipc.WorkerOptions(worker_id=w.worker_id, model_dir=self._model_dir, device=w.device,
+                                    dtype=self._config.omnivoice.dtype if w.device != "cpu" else "fp32",
+                                    max_batch_tokens=self._config.omnivoice.max_batch_tokens)
+        to_child_r, to_child_w = self._context.Pipe(duplex=False)
+        from_child_r, from_child_w = self._context.Pipe(duplex=False)
+        process = self._context.Process(target=worker.main, args=(options, to_child_r, from_child_w),
+                                        name=f"omnivoice-worker-{w.worker_id}", daemon=True)
+        ready: asyncio.Future[None] = loop.create_future()
+        w.ready = ready
+        w.generation += 1
+        w.status = "loading" if w.restarts == 0 else "restarting"
+        w.outbox = queue.SimpleQueue()
+        w.stats = None
+        process.start()
+        # Our copies of the child's ends must go, or EOF never arrives when the child dies.
+        to_child_r.close()
+        from_child_w.close()
+        w.process, w.pid = process, process.pid
+        generation = w.generation
+        threading.Thread(target=self._read_loop, args=(w, generation, from_child_r, process), daemon=True,
+                         name=f"omnivoice-reader-{w.worker_id}").start()
+        threading.Thread(target=self._write_loop, args=(w.outbox, to_child_w), daemon=True,
+                         name=f"omnivoice-writer-{w.worker_id}").start()
+
+    @staticmethod
+    def _write_loop(outbox: queue.SimpleQueue[bytes | None], conn: Connection) -> None:
+        try:
+            while (data := outbox.get()) is not None:
+                conn.send_bytes(data)
+        except (OSError, EOFError, ValueError):
+            pass  # the worker is gone; the reader reports it
+        finally:
+            conn.close()
+
+    def _read_loop(self, w: _Worker, generation: int, conn: Connection, process: BaseProcess) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            while True:
+                try:
+                    data = conn.recv_bytes()
+                except (EOFError, OSError):
+                    break
+                try:
+                    message = ipc.decode_from_worker(data)
+                except Exception:  # a corrupt frame is a worker bug; keep reading
+                    log.exception("omnivoice worker %d sent an undecodable message", w.worker_id)
+                    continue
+                loop.call_soon_threadsafe(self._on_message, w, generation, message)
+        finally:
+            conn.close()
+            process.join(5)
+            try:
+                loop.call_soon_threadsafe(self._on_exit, w, generation, process.exitcode)
+            except RuntimeError:
+                pass  # the loop is closed: nothing left to tell
+
+    # --- events from workers (on the loop) ---------------------------------------------------------------
+
+    def _on_message(self, w: _Worker, generation: int, message: ipc.FromWorker) -> None:
+        if generation != w.generation:
+            return
+        if isinstance(message, ipc.Stats):
+            w.stats = message
+        elif isinstance(message, ipc.Ready):
+            w.status, w.detail, w.consecutive_failures = "ok", "", 0
+            log.info("omnivoice worker %d ready on %s (pid %d)", w.worker_id, message.device, message.pid)
+            if w.ready is not None and not w.ready.done():
+                w.ready.set_result(None)
+        elif isinstance(message, ipc.Fatal):
+            w.status, w.detail = "error", message.message
+            log.error("omnivoice worker %d failed: %s", w.worker_id, message.message)
+            if w.ready is not None and not w.ready.done():
+                w.ready.set_exception(errors.EngineUnavailable(f"worker {w.worker_id}: {message.message}"))
+        else:
+            inbox = w.in_flight.get(message.request_id)
+            if inbox is not None:
+                inbox.put_nowait(message)
+
+    def _on_exit(self, w: _Worker, generation: int, exitcode: int | None) -> None:
+        if generation != w.generation or self._stopping:
+            return
+        reason = f"omnivoice worker {w.worker_id} ({w.device}) exited with code {exitcode}"
+        log.error("%s; failing %d in-flight request(s) and restarting it", reason, len(w.in_flight))
+        self._fail_in_flight(w, reason)
+        if w.ready is not None and not w.ready.done():
+            w.ready.set_exception(errors.EngineUnavailable(w.detail or reason))
+        if w.status != "error":
+            w.detail = reason
+        w.status = "restarting" if w.status != "error" else "error"
+        w.restarts += 1
+        w.consecutive_failures += 1
+        w.restart_task = asyncio.get_running_loop().create_task(self._restart(w))
+
+    def _fail_in_flight(self, w: _Worker, message: str) -> None:
+        for inbox in w.in_flight.values():
+            inbox.put_nowait(_WorkerExited(message))
+        w.in_flight.clear()
+
+    async def _restart(self, w: _Worker) -> None:
+        backoff = min(self.max_restart_backoff_s, 0.25 * 2 ** (w.consecutive_failures - 1))
+        await asyncio.sleep(backoff)
+        if self._stopping:
+            return
+        await asyncio.to_thread(self._spawn, w)
+        try:
+            await self._wait_ready(w)
+        except errors.TTSError:
+            pass  # its exit (or a Fatal) is reported by the reader and schedules the next attempt
+
+    # --- requests ----------------------------------------------------------------------------------------
+
+    def _pick(self) -> _Worker:
+        ready = [w for w in self._workers if w.status == "ok"]
+        if not ready:
+            if any(w.status in ("loading", "restarting") for w in self._workers):
+                raise errors.EngineUnavailable("omnivoice workers are (re)starting", retry_after_ms=1000)
+            raise errors.EngineUnavailable("no omnivoice worker is running; see /health")
+        return min(ready, key=lambda w: (len(w.in_flight), w.stats.num_waiting if w.stats else 0, w.worker_id))
+
+    def _send(self, w: _Worker, message: ipc.ToWorker) -> None:
+        w.outbox.put(ipc.encode(message))
+
+    async def synthesize(self, request: SegmentRequest) -> AsyncIterator[AudioChunk]:
+        submit = to_submit(request)
+        w = self._pick()
+        rid = request.request_id
+        if rid in w.in_flight:
+            raise errors.BadRequest(f"request_id {rid!r} is already in flight", field="request_id")
+        inbox: _Inbox = asyncio.Queue()
+        w.in_flight[rid] = inbox
+        generation = w.generation
+        self._send(w, submit)
+        finished = False
+        try:
+            while True:
+                message = await inbox.get()
+                if isinstance(message, ipc.Audio):
+                    samples = np.frombuffer(message.samples, dtype="<f4" if message.encoding == "f32le"
+                                            else "<i2")
+                    if message.encoding == "s16le":
+                        samples = samples.astype(np.float32) / 32768.0
+                    else:
+                        samples = samples.astype(np.float32)  # a writable copy
+                    finished = message.last
+                    yield AudioChunk(samples=samples, last=message.last, queue_ms=message.queue_ms,
+                                     gen_ms=message.gen_ms, batch_size=max(1, round(message.batch_size)))
+                    if finished:
+                        return
+                elif isinstance(message, ipc.Failed):
+                    finished = True
+                    raise _ERRORS.get(message.code, errors.TTSError)(message.message, field=message.field)
+                elif isinstance(message, _WorkerExited):
+                    finished = True
+                    raise errors.EngineDead(message.message)
+        finally:
+            if w.in_flight.get(rid) is inbox:
+                del w.in_flight[rid]
+            if not finished and w.generation == generation and w.status == "ok":
+                self._send(w, ipc.Abort(rid))  # closed early: stop the work at the next step
+
+    async def abort(self, request_id: str) -> None:
+        for w in self._workers:
+            if request_id in w.in_flight:
+                self._send(w, ipc.Abort(request_id))
+
+    async def encode_voice(self, audio: np.ndarray, sample_rate: int, ref_text: str) -> VoicePrompt:
+        audio = np.asarray(audio, dtype=np.float32)
+        if audio.ndim != 1 or audio.size == 0:
+            raise errors.BadRequest("ref_audio must be non-empty mono audio", field="ref_audio")
+        if not 8000 <= sample_rate <= 192_000:
+            raise errors.BadRequest(f"ref_audio sample rate must be 8000..192000 Hz, got {sample_rate}",
+                                    field="ref_audio")
+        if audio.size / sample_rate > MAX_PROMPT_AUDIO_S:
+            raise errors.BadRequest(f"ref_audio must be at most {MAX_PROMPT_AUDIO_S:.0f} s long",
+                                    field="ref_audio")
+        if not np.isfinite(audio).all():
+            raise errors.BadRequest("ref_audio contains NaN or infinite samples", field="ref_audio")
+        if not ref_text or not ref_text.strip():
+            raise errors.BadRequest("ref_text (the transcript of the reference audio) is required",
+                                    field="ref_text")
+        w = self._pick()
+        rid = f"voice-{uuid.uuid4().hex}"
+        inbox: _Inbox = asyncio.Queue()
+        w.in_flight[rid] = inbox
+        self._send(w, ipc.EncodeVoice(rid, audio.astype("<f4").tobytes(), sample_rate, ref_text.strip()))
+        try:
+            message = await inbox.get()
+        finally:
+            w.in_flight.pop(rid, None)
+        if isinstance(message, ipc.VoiceEncoded):
+            p = message.prompt
+            return VoicePrompt(ENGINE_NAME, p.ref_text, p.codes, p.num_codebooks, p.num_frames, p.ref_rms)
+        if isinstance(message, ipc.Failed):
+            raise _ERRORS.get(message.code, errors.TTSError)(message.message, field=message.field)
+        if isinstance(message, _WorkerExited):
+            raise errors.EngineDead(message.message)
+        raise errors.TTSError(f"unexpected worker reply {type(message).__name__}")
+
+    # --- observation -------------------------------------------------------------------------------------
+
+    def health(self) -> EngineHealth:
+        workers = tuple(WorkerHealth(w.worker_id, w.status, w.device, len(w.in_flight), w.restarts, w.detail)
+                        for w in self._workers)
+        if any(w.status == "ok" for w in self._workers):
+            status: Literal["ok", "loading", "error"] = "ok"
+        elif self._workers and all(w.status == "error" for w in self._workers):
+            status = "error"
+        else:
+            status = "loading"
+        detail = "; ".join(w.detail for w in self._workers if w.detail)
+        return EngineHealth(status, detail, workers)
+
+    def load(self) -> EngineLoad:
+        ok = [w for w in self._workers if w.status == "ok"]
+        return EngineLoad(pool_size=len(self._workers), idle=sum(1 for w in ok if not w.in_flight),
+                          queued_segments=sum(w.stats.num_waiting for w in self._workers if w.stats),
+                          in_flight_segments=sum(len(w.in_flight) for w in self._workers))
+
+    def worker_stats(self) -> list[ipc.Stats]:
+        """The latest load report of each worker (for /metrics)."""
+        return [w.stats for w in self._workers if w.stats is not None]
+
+    def worker_pids(self) -> list[int | None]:
+        return [w.pid for w in self._workers]
+

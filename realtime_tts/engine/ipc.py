@@ -1,0 +1,158 @@
+"""Every message between the web process and the OmniVoice worker processes (msgspec, msgpack on pipes).
+
+Audio and codes travel as raw little-endian bytes, never pickled tensors. Imports msgspec, numpy-free; must
+not import torch (the web process imports this module).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+SampleEncoding = Literal["f32le", "s16le"]
+
+
+class Prompt(msgspec.Struct, frozen=True):
+    """A clone prompt as the engine serialises it (engine.base.VoicePrompt without the engine name)."""
+
+    ref_text: str
+    codes: bytes  # int16 little-endian [num_codebooks, num_frames]
+    num_codebooks: int
+    num_frames: int
+    ref_rms: float
+
+
+class WorkerOptions(msgspec.Struct, frozen=True):
+    """What a worker process needs to start (passed as a spawn argument)."""
+
+    worker_id: int
+    model_dir: str
+    device: str  # "cpu" or "cuda:N"
+    dtype: str  # bf16 | fp16 | fp32
+    max_batch_tokens: int
+    num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+    stats_interval_s: float = 0.25
+
+
+# --- web process → worker -------------------------------------------------------------------------------
+
+
+class Submit(msgspec.Struct, tag="submit", frozen=True):
+    """Generate one segment; the worker answers with Audio (last=True) or Failed for this request_id."""
+
+    request_id: str
+    text: str
+    mode: str = "auto"  # auto | design | clone
+    instruct: str | None = None
+    prompt: Prompt | None = None
+    language: str | None = None
+    speed: float = 1.0
+    duration_s: float | None = None
+    num_step: int = 32
+    guidance_scale: float = 2.0
+    temperature: float = 0.0
+    position_temperature: float = 5.0
+    top_p: float | None = None
+    seed: int | None = None
+    denoise: bool = True
+    priority: int = 2
+    deadline_s: float | None = None  # time.monotonic() (system-wide on Linux, so valid across processes)
+
+
+class Abort(msgspec.Struct, tag="abort", frozen=True):
+    """Drop the request at the next diffusion step; the worker answers Failed(code="cancelled")."""
+
+    request_id: str
+
+
+class EncodeVoice(msgspec.Struct, tag="encode_voice", frozen=True):
+    request_id: str
+    audio: bytes  # float32 little-endian mono
+    sample_rate: int
+    ref_text: str
+
+
+class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
+    pass
+
+
+ToWorker = Submit | Abort | EncodeVoice | Shutdown
+
+
+# --- worker → web process -------------------------------------------------------------------------------
+
+
+class Ready(msgspec.Struct, tag="ready", frozen=True):
+    """Sent once the model is loaded and the scheduler loop runs."""
+
+    worker_id: int
+    device: str
+    sample_rate: int
+    model: str
+    pid: int
+
+
+class Audio(msgspec.Struct, tag="audio", frozen=True):
+    request_id: str
+    samples: bytes  # mono PCM in `encoding`
+    encoding: SampleEncoding
+    sample_rate: int
+    last: bool = True
+    queue_ms: float = 0.0
+    gen_ms: float = 0.0
+    batch_size: float = 1.0  # mean items per step over this segment's steps
+
+
+class VoiceEncoded(msgspec.Struct, tag="voice_encoded", frozen=True):
+    request_id: str
+    prompt: Prompt
+
+
+class Failed(msgspec.Struct, tag="failed", frozen=True):
+    """A request ended without audio. code is an errors.TTSError code ("bad_request", "cancelled", ...)."""
+
+    request_id: str
+    code: str
+    message: str
+    field: str | None = None
+
+
+class Stats(msgspec.Struct, tag="stats", frozen=True):
+    """Periodic worker load report (also after each step while busy, rate-limited)."""
+
+    worker_id: int
+    num_waiting: int
+    num_running: int
+    num_steps_run: int
+    num_finished: int
+    num_cancelled: int
+    last_step_ms: float
+    last_batch_size: int
+    last_batch_tokens: int
+
+
+class Fatal(msgspec.Struct, tag="fatal", frozen=True):
+    """The worker cannot continue (e.g. the model failed to load); it exits after sending this."""
+
+    worker_id: int
+    message: str
+
+
+FromWorker = Ready | Audio | VoiceEncoded | Failed | Stats | Fatal
+
+_encoder = msgspec.msgpack.Encoder()
+_to_worker = msgspec.msgpack.Decoder(ToWorker)  # type: ignore[arg-type]
+_from_worker = msgspec.msgpack.Decoder(FromWorker)  # type: ignore[arg-type]
+
+
+def encode(message: ToWorker | FromWorker) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_to_worker(data: bytes) -> ToWorker:
+    return _to_worker.decode(data)  # type: ignore[no-any-return]
+
+
+def decode_from_worker(data: bytes) -> FromWorker:
+    return _from_worker.decode(data)  # type: ignore[no-any-return]

@@ -1,0 +1,310 @@
+"""The OmniVoice worker process: loads the model on one device and runs the step loop.
+
+Loop: take messages → admit segments to the scheduler → run one diffusion step for the batch it picks →
+retire finished segments → decode them together → send their audio. Spawned by engine/client.py; torch and
+realtime_tts.model are imported only inside main() (the web process imports this module for the target).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from realtime_tts import errors
+from realtime_tts.engine import ipc
+from realtime_tts.engine.base import VoicePrompt
+from realtime_tts.engine.scheduler import Scheduler, StepPlan
+
+log = logging.getLogger("realtime_tts.worker")
+
+
+class Backend(Protocol):
+    """What the loop needs from the model side (ModelBackend below; the CUDA-graph runner plays the same
+    role). Tensors stay inside; the loop only sees opaque per-segment states."""
+
+    device: str
+    model_name: str
+    sample_rate: int
+
+    def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
+        """→ (state, tokens it adds to a step, number of steps). Raises errors.TTSError on bad input."""
+
+    def step(self, states: list[Any]) -> None:
+        """One diffusion step for every state (each at its own step index)."""
+
+    def decode(self, states: list[Any]) -> list[bytes]:
+        """Finished states → float32 little-endian mono audio, one per state, batched."""
+
+    def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt: ...
+
+
+class ModelBackend:
+    """Backend over realtime_tts.model: prepare → packed steps → batched codec decode.
+
+    Keeps the packed batch between steps while the scheduler's batch stays the same, so the host-side
+    packing (a loop over items) runs only when a segment joins or leaves. torch is imported here, inside
+    the worker process.
+    """
+
+    def __init__(self, options: ipc.WorkerOptions) -> None:
+        import torch
+
+        from realtime_tts import model as ov
+
+        if options.num_threads > 0:
+            torch.set_num_threads(options.num_threads)
+        if options.device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(options.device))
+        self._torch = torch
+        self._ov = ov
+        self.model = ov.OmniVoiceModel.from_pretrained(options.model_dir, dtype=options.dtype,
+                                                       device=options.device)
+        self.device = options.device
+        self.model_name = os.path.basename(options.model_dir.rstrip("/"))
+        self.sample_rate = int(self.model.codec.sample_rate)
+        self._batch: Any = None  # model.PackedBatch of the last step
+        self._batch_states: list[Any] = []
+        self._rng = random.Random()
+
+    def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
+        ov = self._ov
+        prompt = None
+        if submit.prompt is not None:
+            p = submit.prompt
+            prompt = ov.ClonePrompt.from_voice_prompt(VoicePrompt("omnivoice", p.ref_text, p.codes,
+                                                                  p.num_codebooks, p.num_frames, p.ref_rms))
+        params = ov.DecodeParams(num_step=submit.num_step, guidance_scale=submit.guidance_scale,
+                                 position_temperature=submit.position_temperature,
+                                 class_temperature=submit.temperature)
+        # No seed: a fresh one, so repeated requests vary; with a seed the audio is reproducible and does
+        # not depend on which other segments share the batch (per-item counter-based noise).
+        seed = submit.seed if submit.seed is not None else self._rng.getrandbits(62)
+        item = ov.prepare(self.model, submit.text, language=submit.language, instruct=submit.instruct,
+                          prompt=prompt, speed=submit.speed, duration_s=submit.duration_s, params=params,
+                          denoise=submit.denoise, seed=seed)
+        state = ov.ItemState.start(item, self.model.device)
+        return state, item.num_tokens, len(item.reveal)
+
+    def _flush(self) -> None:
+        if self._batch is not None:
+            self._ov.unpack(self._batch, self._batch_states)
+            self._batch, self._batch_states = None, []
+
+    def step(self, states: list[Any]) -> None:
+        if self._batch is None or len(states) != len(self._batch_states) or any(
+                a is not b for a, b in zip(states, self._batch_states)):
+            self._flush()
+            self._batch = self._ov.pack(states, self.model.device)
+            self._batch_states = list(states)
+        self._ov.step_packed(self.model, self._batch)
+
+    def decode(self, states: list[Any]) -> list[bytes]:
+        self._flush()
+        waves = self.model.decode([s.tokens for s in states])
+        return [self._ov.match_loudness(w, s.item.ref_rms).astype("<f4").tobytes()
+                for w, s in zip(waves, states, strict=True)]
+
+    def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt:
+        import numpy as np
+
+        wave = np.frombuffer(audio, dtype="<f4").astype(np.float32)
+        vp = self.model.encode_prompt(wave, sample_rate, ref_text).to_voice_prompt()
+        return ipc.Prompt(vp.ref_text, vp.codes, vp.num_codebooks, vp.num_frames, vp.ref_rms)
+
+
+@dataclass(slots=True)
+class _Segment:
+    state: Any
+    submitted_s: float
+    queue_ms: float = 0.0
+    sum_batch: int = 0  # sum over its steps of the batch size, for the mean
+    num_steps_run: int = 0
+    gen_start_s: float = 0.0
+
+
+class _Outbox:
+    """Serialised sends to the web process (the loop thread and nobody else writes, but keep it safe)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def __call__(self, message: ipc.FromWorker) -> None:
+        with self._lock:
+            self._conn.send_bytes(ipc.encode(message))
+
+
+def _read_loop(conn: Connection, inbox: queue.Queue[ipc.ToWorker]) -> None:
+    """Pipe → queue, so the step loop can take messages without blocking between steps."""
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            inbox.put(ipc.Shutdown())  # the web process is gone
+            return
+        try:
+            inbox.put(ipc.decode_to_worker(data))
+        except Exception:
+            log.exception("undecodable message from the web process")
+
+
+class WorkerLoop:
+    """The step loop, independent of the process plumbing and of torch (given a Backend)."""
+
+    def __init__(self, options: ipc.WorkerOptions, backend: Backend, inbox: queue.Queue[ipc.ToWorker],
+                 send: Any) -> None:
+        self.options = options
+        self.backend = backend
+        self.inbox = inbox
+        self.send = send
+        self.scheduler = Scheduler(max_batch_tokens=options.max_batch_tokens)
+        self.segments: dict[str, _Segment] = {}
+        self.running = True
+        self._last_stats_s = 0.0
+        self._last_step_ms = 0.0
+        self._last_plan: StepPlan | None = None
+
+    def run(self) -> None:
+        while self.running:
+            self._take_messages(block=len(self.scheduler) == 0)
+            if not self.running:
+                break
+            plan = self.scheduler.schedule()
+            for request_id in plan.cancelled:
+                self.segments.pop(request_id, None)
+            if plan.batch:
+                self._run_step(plan)
+            self._maybe_send_stats(force=not plan.batch)
+
+    def _take_messages(self, block: bool) -> None:
+        try:
+            message = self.inbox.get(timeout=self.options.stats_interval_s) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(message)
+            try:
+                message = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, message: ipc.ToWorker) -> None:
+        if isinstance(message, ipc.Submit):
+            self._admit(message)
+        elif isinstance(message, ipc.Abort):
+            if self.scheduler.cancel(message.request_id):
+                self.send(ipc.Failed(message.request_id, errors.Cancelled.code, "cancelled"))
+        elif isinstance(message, ipc.EncodeVoice):
+            self._encode_voice(message)
+        elif isinstance(message, ipc.Shutdown):
+            self.running = False
+
+    def _fail(self, request_id: str, exc: BaseException) -> None:
+        if isinstance(exc, errors.TTSError):
+            self.send(ipc.Failed(request_id, exc.code, exc.message, exc.field))
+        else:
+            log.error("request %s failed:\n%s", request_id, "".join(traceback.format_exception(exc)))
+            self.send(ipc.Failed(request_id, errors.TTSError.code, f"omnivoice worker error: {exc!r}"))
+
+    def _admit(self, submit: ipc.Submit) -> None:
+        if submit.request_id in self.segments:
+            self.send(ipc.Failed(submit.request_id, errors.BadRequest.code,
+                                 f"request_id {submit.request_id!r} is already in flight", "request_id"))
+            return
+        try:
+            state, num_tokens, num_steps = self.backend.prepare(submit)
+        except Exception as exc:  # bad input or a model error: only this request fails
+            self._fail(submit.request_id, exc)
+            return
+        self.segments[submit.request_id] = _Segment(state, time.monotonic())
+        self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
+                           priority=submit.priority, deadline_s=submit.deadline_s)
+
+    def _encode_voice(self, message: ipc.EncodeVoice) -> None:
+        try:
+            prompt = self.backend.encode_prompt(message.audio, message.sample_rate, message.ref_text)
+        except Exception as exc:
+            self._fail(message.request_id, exc)
+            return
+        self.send(ipc.VoiceEncoded(message.request_id, prompt))
+
+    def _run_step(self, plan: StepPlan) -> None:
+        now = time.monotonic()
+        for request_id in plan.started:
+            segment = self.segments[request_id]
+            segment.queue_ms = (now - segment.submitted_s) * 1000.0
+            segment.gen_start_s = now
+        batch = [self.segments[r] for r in plan.batch]
+        t0 = time.perf_counter()
+        try:
+            self.backend.step([s.state for s in batch])
+        except Exception as exc:  # the worker-loop edge: fail this batch, keep serving
+            for request_id in plan.batch:
+                self.scheduler.cancel(request_id)
+                self.segments.pop(request_id, None)
+                self._fail(request_id, exc)
+            return
+        self._last_step_ms = (time.perf_counter() - t0) * 1000.0
+        self._last_plan = plan
+        for segment in batch:
+            segment.sum_batch += len(batch)
+            segment.num_steps_run += 1
+        finished = self.scheduler.complete_step(plan)
+        if finished:
+            self._retire(finished)
+
+    def _retire(self, request_ids: list[str]) -> None:
+        segments = [self.segments.pop(r) for r in request_ids]
+        try:
+            audio = self.backend.decode([s.state for s in segments])
+        except Exception as exc:
+            for request_id in request_ids:
+                self._fail(request_id, exc)
+            return
+        done = time.monotonic()
+        for request_id, segment, samples in zip(request_ids, segments, audio, strict=True):
+            self.send(ipc.Audio(request_id, samples, "f32le", self.backend.sample_rate, last=True,
+                                queue_ms=segment.queue_ms, gen_ms=(done - segment.gen_start_s) * 1000.0,
+                                batch_size=segment.sum_batch / max(1, segment.num_steps_run)))
+
+    def _maybe_send_stats(self, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_stats_s < self.options.stats_interval_s:
+            return
+        if force and now - self._last_stats_s < self.options.stats_interval_s / 2:
+            return
+        self._last_stats_s = now
+        s = self.scheduler.stats()
+        plan = self._last_plan
+        self.send(ipc.Stats(self.options.worker_id, s.num_waiting, s.num_running, s.num_steps_run,
+                            s.num_finished, s.num_cancelled, self._last_step_ms,
+                            len(plan.batch) if plan else 0, plan.num_tokens if plan else 0))
+
+
+def main(options: ipc.WorkerOptions, conn_in: Connection, conn_out: Connection) -> None:
+    """Process entry point (multiprocessing spawn target)."""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker{options.worker_id} %(levelname)s "
+                                                   "%(name)s: %(message)s")
+    send = _Outbox(conn_out)
+    try:
+        backend: Backend = ModelBackend(options)
+    except Exception as exc:
+        log.exception("failed to load the OmniVoice model from %s", options.model_dir)
+        send(ipc.Fatal(options.worker_id, f"cannot load model from {options.model_dir}: {exc}"))
+        raise SystemExit(1) from None
+    inbox: queue.Queue[ipc.ToWorker] = queue.Queue()
+    threading.Thread(target=_read_loop, args=(conn_in, inbox), daemon=True, name="ipc-reader").start()
+    send(ipc.Ready(options.worker_id, backend.device, backend.sample_rate, backend.model_name, os.getpid()))
+    try:
+        WorkerLoop(options, backend, inbox, send).run()
+    except (BrokenPipeError, EOFError):
+        pass  # the web process went away
+    log.info("worker %d exiting", options.worker_id)

@@ -46,7 +46,7 @@ ABBREVIATIONS = frozenset(
     jan feb mar apr jun jul aug sep sept oct nov dec
     mon tue wed thu fri sat sun
     e.g i.e a.m p.m u.s u.k u.n e.u ph.d b.a m.a b.sc m.sc
-    z.b d.h u.a usw bzw ggf evtl inkl ca vgl sog hr fr dr hrn
+    z.b d.h u.a bzw ggf evtl inkl ca vgl sog hr fr dr hrn
     mme mlle mm cf p.ex
     sra srta dra ud uds
     т.е т.к т.д т.п г гг им ул стр др проф
@@ -145,7 +145,10 @@ def _resolve(text: str, i: int, final: bool) -> tuple[int, int, int] | None:
             return None
         j, newlines, long_gap = got
         return i, PARAGRAPH if newlines >= 2 or long_gap else LINE, j
-    if c.isspace():  # whitespace after a Thai character: Thai separates phrases and sentences with spaces
+    if c.isspace():
+        # A space between Thai words: Thai writes a space where other scripts end a sentence (it has no
+        # full stop), so it ranks as a sentence end; the space also separates phrases, which only makes
+        # Thai units pack from more, shorter pieces.
         got = _gap(text, i, final)
         if got is None:
             return None
@@ -153,7 +156,7 @@ def _resolve(text: str, i: int, final: bool) -> tuple[int, int, int] | None:
         if newlines:
             return i, 0, i + 1  # the newline rule decides
         if long_gap or (j < n and _THAI.match(text, j)):
-            return i, CLAUSE_LEVEL, j
+            return i, SENTENCE, j
         return i, 0, j
     if c in _SPACED_RUN:
         return _resolve_latin(text, i, final)

@@ -1,0 +1,168 @@
+"""`realtime-tts serve --model DIR` end to end on CPU with the tiny random checkpoint: every entry point
+speaks through the OmniVoice worker; a killed worker fails only its requests, restarts, and /health tells.
+
+The tiny model's audio is noise: assert shapes, lengths, sample rate and determinism, not intelligibility.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import httpx
+import numpy as np
+import soundfile as sf
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+SR = 24_000
+
+
+def ws_exchange(url: str, messages: list[dict[str, Any]], timeout: float = 120
+                ) -> tuple[bytes, list[dict[str, Any]], int | None]:
+    frames: list[bytes] = []
+    texts: list[dict[str, Any]] = []
+    code = None
+    with connect(url, open_timeout=10, close_timeout=5, max_size=None) as ws:
+        for m in messages:
+            ws.send(json.dumps(m))
+        try:
+            while True:
+                msg = ws.recv(timeout=timeout)
+                if isinstance(msg, bytes):
+                    frames.append(msg)
+                else:
+                    texts.append(json.loads(msg))
+        except ConnectionClosed as e:
+            code = e.rcvd.code if e.rcvd is not None else None
+    return b"".join(frames), texts, code
+
+
+def pcm(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
+
+
+def wav(body: bytes) -> tuple[np.ndarray, int]:
+    samples, rate = sf.read(io.BytesIO(body), dtype="float32")
+    assert samples.ndim == 1
+    return samples, rate
+
+
+def test_health_and_models_show_the_omnivoice_worker(omnivoice_server: Any) -> None:
+    health = httpx.get(omnivoice_server.http + "/health").json()
+    assert health["status"] == "ok" and health["default_engine"] == "omnivoice"
+    omni = health["engines"]["omnivoice"]
+    assert omni["status"] == "ok" and omni["device"] == "cpu"
+    assert [(w["status"], w["device"]) for w in omni["workers"]] == [("ok", "cpu")]
+    models = httpx.get(omnivoice_server.http + "/v1/models").json()["data"]
+    (m,) = [m for m in models if m["engine"] == "omnivoice"]
+    assert m["default"] and m["loaded"]
+    assert m["capabilities"]["voice_modes"] == ["auto", "clone", "design"]
+    assert m["capabilities"]["sample_rates"] == [SR]
+
+
+def test_ws_stream_length_rate_and_determinism(omnivoice_server: Any) -> None:
+    request = {"text": "Hello from the tiny model.", "seed": 5, "num_step": 4, "duration": 1.0}
+    audio, texts, code = ws_exchange(omnivoice_server.ws + "/v1/stream", [request])
+    assert code == 1000, texts
+    done = texts[-1]
+    assert done["done"] is True and done["sample_rate"] == SR
+    assert done["stats"]["engine"] == "omnivoice"
+    samples = pcm(audio)
+    # 1.0 s generated (25 frames × 960); pacing may trim silent edges and add ≤ lead-in + tail
+    assert 0.7 <= samples.size / SR <= 1.3, samples.size / SR
+    assert float(np.abs(samples).max()) > 0.1
+    again, _, _ = ws_exchange(omnivoice_server.ws + "/v1/stream", [request])
+    assert again == audio, "same text + seed must give the same audio"
+    other, _, _ = ws_exchange(omnivoice_server.ws + "/v1/stream", [{**request, "seed": 6}])
+    assert other != audio
+
+
+def test_ws_stream_text_sentence_by_sentence(omnivoice_server: Any) -> None:
+    messages = [{"seed": 1, "num_step": 4},
+                {"text": "First sentence is here. "}, {"text": "And a second one follows it."}, {"end": True}]
+    audio, texts, code = ws_exchange(omnivoice_server.ws + "/v1/stream/text", messages)
+    assert code == 1000, texts
+    assert texts[-1]["sentences"] == 2 and texts[-1]["sample_rate"] == SR
+    assert pcm(audio).size > SR // 2
+
+
+def test_speech_wav_and_pcm(omnivoice_server: Any) -> None:
+    body = {"input": "OpenAI style request.", "voice": "alloy", "response_format": "wav", "seed": 2,
+            "num_step": 4, "duration": 0.8}
+    r = httpx.post(omnivoice_server.http + "/v1/audio/speech", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    samples, rate = wav(r.content)
+    assert rate == SR and 0.5 <= samples.size / SR <= 1.1
+    r2 = httpx.post(omnivoice_server.http + "/v1/audio/speech", json={**body, "response_format": "pcm"},
+                    timeout=120)
+    assert r2.status_code == 200 and r2.headers["x-audio-sample-rate"] == str(SR)
+    np.testing.assert_allclose(pcm(r2.content), samples, atol=2 / 32767)
+
+
+def test_design_endpoint_and_its_bad_instruct(omnivoice_server: Any) -> None:
+    form = {"text": "A designed voice speaks.", "instruct": "female, low pitch", "seed": "3", "num_step": "4",
+            "duration": "0.8", "response_format": "wav"}
+    r = httpx.post(omnivoice_server.http + "/v1/audio/design", data=form, timeout=120)
+    assert r.status_code == 200, r.text
+    samples, rate = wav(r.content)
+    assert rate == SR and 0.5 <= samples.size / SR <= 1.1
+    bad = httpx.post(omnivoice_server.http + "/v1/audio/design", data={**form, "instruct": "purple, loud"},
+                     timeout=60)
+    assert bad.status_code == 400
+    assert bad.json()["error"]["field"] == "instruct"
+    assert "allowed" in bad.json()["error"]["message"]
+
+
+def test_clone_endpoint(omnivoice_server: Any) -> None:
+    rng = np.random.default_rng(1)
+    ref = io.BytesIO()
+    sf.write(ref, (0.1 * rng.standard_normal(16000 * 2)).astype(np.float32), 16000, format="WAV")
+    form = {"text": "Cloned from an upload.", "ref_text": "This is the reference.", "seed": "4",
+            "num_step": "4", "duration": "0.8", "response_format": "wav"}
+    r = httpx.post(omnivoice_server.http + "/v1/audio/clone", data=form,
+                   files={"ref_audio": ("ref.wav", ref.getvalue(), "audio/wav")}, timeout=120)
+    assert r.status_code == 200, r.text
+    samples, rate = wav(r.content)
+    assert rate == SR and 0.5 <= samples.size / SR <= 1.1
+    missing = httpx.post(omnivoice_server.http + "/v1/audio/clone", data={k: v for k, v in form.items()
+                                                                           if k != "ref_text"},
+                         files={"ref_audio": ("ref.wav", ref.getvalue(), "audio/wav")}, timeout=60)
+    assert missing.status_code == 400 and missing.json()["error"]["field"] == "ref_text"
+
+
+def test_killed_worker_fails_its_stream_restarts_and_health_tells(omnivoice_server: Any) -> None:
+    (pid,) = omnivoice_server.worker_pids()
+    with connect(omnivoice_server.ws + "/v1/stream", open_timeout=10, max_size=None) as ws:
+        ws.send(json.dumps({"text": "This long one will not finish.", "duration": 30.0, "num_step": 64}))
+        time.sleep(0.3)
+        os.kill(pid, signal.SIGKILL)
+        error = None
+        try:
+            while True:
+                msg = ws.recv(timeout=60)
+                if isinstance(msg, str):
+                    error = json.loads(msg)
+        except ConnectionClosed as e:
+            assert e.rcvd is not None and e.rcvd.code == 1011
+    assert error is not None and error["code"] == "engine_dead", error
+    assert "exited" in error["message"]
+    health = httpx.get(omnivoice_server.http + "/health").json()
+    (worker,) = health["engines"]["omnivoice"]["workers"]
+    assert worker["restarts"] == 1
+    deadline = time.monotonic() + 120
+    while worker["status"] != "ok":
+        assert time.monotonic() < deadline, health
+        time.sleep(0.2)
+        health = httpx.get(omnivoice_server.http + "/health").json()
+        (worker,) = health["engines"]["omnivoice"]["workers"]
+    assert omnivoice_server.worker_pids() != [pid]
+    audio, texts, code = ws_exchange(omnivoice_server.ws + "/v1/stream",
+                                     [{"text": "Back again.", "num_step": 4, "duration": 0.4, "seed": 1}])
+    assert code == 1000 and texts[-1]["done"] is True
+    assert pcm(audio).size > 0
+    assert "Traceback" not in omnivoice_server.log(), omnivoice_server.log()

@@ -20,7 +20,7 @@ from realtime_tts.model.network import OmniVoiceModel
 log = logging.getLogger("realtime_tts.runner")
 
 # Default ladders. Tokens: a 6 s design item is ~330 tokens (cond ~180 + uncond 150), clone ~490.
-TOKEN_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768)
+TOKEN_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768, 49152, 65536)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 FRAME_QUANTUM = 32  # Tmax is padded to a multiple of this many frames (1.28 s)
 

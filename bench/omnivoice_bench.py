@@ -1,0 +1,349 @@
+"""OmniVoice on one GPU: our engine (StepRunner: fused Triton backbone + CUDA graphs) side by side with the
+reference `omnivoice` 0.2.1 generate(), in ONE run on the same full-size random weights.
+
+    python bench/omnivoice_bench.py --out-dir OUT [--ckpt DIR] [--batches 1,16,64,128] [--modes design,clone]
+        [--ref-batches 1,64] [--steps 32] [--dur 6] [--budget-s 540] [--no-ref]
+
+Measures: bulk xRT (seconds of audio per wall second, diffusion + batched codec decode) at each batch,
+MFU of the diffusion loop against 775 TFLOP/s (useful FLOPs: real tokens only), single-utterance latency
+(6 s design), kernel micro-timings. Prints a table; writes OUT/omnivoice_bench.{jsonl,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CARD_TFLOPS = 775.0  # bf16 dense, measured on this card (../shared/docs/BASELINE.md)
+INSTRUCT = "female, young adult, moderate pitch"
+REF_SECONDS = 5
+# Bench text vocabulary (data): the word-level tokenizer below gives ~1 token per word, like Qwen's BPE on
+# plain English, so sequence lengths match the released model's (6 s design: ~180-token cond row).
+WORDS = ("morning river carries quiet light across stone bridges while children laugh near open "
+         "windows and old friends share warm bread under tall green trees before evening rain "
+         "returns softly over hills where farmers count their sheep and dream of summer roads").split()
+EXTRA = ["None", "en", "female", "male", "young", "adult", "moderate", "pitch", "low", "high"]
+T_START = time.time()
+RECORDS: list[dict[str, Any]] = []
+
+
+def emit(out_dir: Path, rec: dict[str, Any]) -> None:
+    rec["t_s"] = round(time.time() - T_START, 1)
+    RECORDS.append(rec)
+    with open(out_dir / "omnivoice_bench.jsonl", "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    print("RESULT", json.dumps(rec), flush=True)
+
+
+def make_text(num_words: int, offset: int) -> str:
+    words = [WORDS[(offset * 7 + i) % len(WORDS)] for i in range(num_words)]
+    return " ".join(words).capitalize() + "."
+
+
+def write_word_tokenizer(ckpt: Path) -> None:
+    """Replace the checkpoint's tokenizer by a word-level one over the bench vocabulary (+ control tokens)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from realtime_tts.model.checkpoint import SPECIAL_TOKENS
+
+    vocab = {"[UNK]": 0}
+    for w in EXTRA + WORDS + [w.capitalize() for w in WORDS] + list(",.!?;:'-"):
+        vocab.setdefault(w, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIAL_TOKENS[0], unk_token="[UNK]").save_pretrained(
+        str(ckpt))
+
+
+def step_flops(model: Any, batch: Any) -> float:
+    """Useful FLOPs of one step over a packed batch: linear layers on real tokens, the audio head on target
+    positions of both rows, bidirectional attention per row."""
+    cfg = model.llm.cfg
+    h, d, hq, hkv, inter, layers = (cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"],
+                                    cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["num_hidden_layers"])
+    per_tok = layers * (h * (hq + 2 * hkv) * d + hq * d * h + 3 * h * inter)
+    lens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).double()
+    attn = 4.0 * float((lens ** 2).sum()) * hq * d * layers
+    targets = 2 * int(batch.num_frames.sum())
+    return 2.0 * per_tok * batch.num_tokens + 2.0 * h * model.num_codebooks * model.audio_vocab * targets + attn
+
+
+def sync() -> None:
+    torch.cuda.synchronize()
+
+
+def bench_kernels(out_dir: Path) -> None:
+    """Our varlen attention vs torch's flash varlen and SDPA with a block-diagonal mask, at bulk shapes."""
+    from triton.testing import do_bench
+
+    from realtime_tts.engine import kernels
+    from realtime_tts.model.attention import sdpa_block_diagonal
+
+    for num_items, cond in ((1, 182), (64, 182), (64, 307)):
+        lens = [cond] * num_items + [150] * num_items
+        n = sum(lens)
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+        q = torch.randn(n, 16, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(n, 8, 128, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(n, 8, 128, device="cuda", dtype=torch.bfloat16)
+        flops = 4.0 * sum(x * x for x in lens) * 16 * 128
+        rec: dict[str, Any] = {"kind": "attn", "items": num_items, "cond_len": cond, "tokens": n}
+        for bm, bn, w in ((64, 64, 4), (128, 64, 8), (64, 32, 4)):
+            tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(n, len(lens), bm), bm)
+            ms = do_bench(lambda: kernels.varlen_attention(q, k, v, cu, max(lens), tiles=tiles, block_m=bm,
+                                                           block_n=bn, num_warps=w), return_mode="median")
+            rec[f"triton_{bm}x{bn}w{w}_ms"] = round(ms, 4)
+            rec[f"triton_{bm}x{bn}w{w}_tflops"] = round(flops / ms / 1e9, 1)
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+            kr, vr = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+            ms = do_bench(lambda: varlen_attn(q, kr, vr, cu, cu, max(lens), max(lens)), return_mode="median")
+            rec["torch_varlen_ms"] = round(ms, 4)
+        except Exception as e:  # noqa: BLE001 - optional comparison
+            rec["torch_varlen_err"] = repr(e)[:200]
+        if n <= 30000:
+            ms = do_bench(lambda: sdpa_block_diagonal(q, k, v, cu, max(lens), 128 ** -0.5), return_mode="median")
+            rec["sdpa_block_diag_ms"] = round(ms, 4)
+        cu0 = torch.tensor([0, cond], dtype=torch.int32, device="cuda")
+        ref = kernels.varlen_attention_ref(q[:cond].double(), k[:cond].double(), v[:cond].double(), cu0, cond)
+        ours = kernels.varlen_attention(q, k, v, cu, max(lens))[:cond].double()
+        rec["rel_err_row0"] = float((ours - ref).norm() / ref.norm())
+        emit(out_dir, rec)
+
+
+def our_items(model: Any, mode: str, num: int, dur: float, steps: int) -> list[Any]:
+    from realtime_tts.model import ClonePrompt, DecodeParams, prepare
+
+    params = DecodeParams(num_step=steps)
+    prompt = None
+    if mode == "clone":
+        g = torch.Generator().manual_seed(123)
+        prompt = ClonePrompt(codes=torch.randint(0, 1024, (8, REF_SECONDS * 25), generator=g),
+                             ref_text=make_text(int(2.7 * REF_SECONDS), 99), ref_rms=0.05)
+    words = max(3, round(2.7 * dur))
+    return [prepare(model, make_text(words, i), language="en", instruct=INSTRUCT if mode == "design" else None,
+                    prompt=prompt, duration_s=dur, params=params, seed=i) for i in range(num)]
+
+
+def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
+    from realtime_tts.engine.runner import StepRunner
+    from realtime_tts.model import OmniVoiceModel, decoding
+
+    t0 = time.perf_counter()
+    model = OmniVoiceModel.from_pretrained(ckpt, dtype=torch.bfloat16, device="cuda")
+    runner = StepRunner(model)
+    emit(out_dir, {"kind": "load", "impl": "ours", "load_s": round(time.perf_counter() - t0, 2)})
+    for mode in args.modes.split(","):
+        for num in [int(b) for b in args.batches.split(",")]:
+            if time.time() - T_START > args.budget_s * 0.55:
+                emit(out_dir, {"kind": "skip", "impl": "ours", "mode": mode, "B": num})
+                continue
+            items = our_items(model, mode, num, args.dur, args.steps)
+            batch = decoding.pack([decoding.ItemState.start(it, "cuda") for it in items], "cuda")
+            flops = step_flops(model, batch) * args.steps
+            tc = time.perf_counter()
+            codes = runner.run_graphed(items)  # captures the bucket's graph on first use
+            if codes is None:
+                emit(out_dir, {"kind": "miss", "impl": "ours", "mode": mode, "B": num,
+                               "stats": runner.stats.as_dict()})
+                continue
+            model.codec.decode(codes)
+            sync()
+            first_s = time.perf_counter() - tc
+            walls, loops = [], []
+            for _ in range(args.reps):
+                sync()
+                t1 = time.perf_counter()
+                items = our_items(model, mode, num, args.dur, args.steps)
+                t_prep = time.perf_counter()
+                codes = runner.run_graphed(items)
+                sync()
+                t_loop = time.perf_counter()
+                waves = model.codec.decode(codes)
+                sync()
+                walls.append(time.perf_counter() - t1)
+                loops.append(t_loop - t_prep)
+            wall, loop = min(walls), min(loops)
+            emit(out_dir, {
+                "kind": "gen", "impl": "ours", "mode": mode, "B": num, "dur_s": args.dur, "num_step": args.steps,
+                "tokens_per_step": batch.num_tokens, "max_seqlen": batch.max_seqlen,
+                "wall_s": round(wall, 4), "loop_s": round(loop, 4), "per_step_ms": round(1000 * loop / args.steps, 3),
+                "decode_and_prep_s": round(wall - loop, 4), "xrt": round(num * args.dur / wall, 1),
+                "mfu_loop": round(flops / loop / 1e12 / CARD_TFLOPS, 3),
+                "tflops_loop": round(flops / loop / 1e12, 1), "first_call_s": round(first_s, 2),
+                "out_samples": int(sum(len(w) for w in waves)), "graph": runner.stats.as_dict(),
+                "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)})
+    # Single utterance on an idle engine: the worker's path (step() per step, re-using the graph).
+    items = our_items(model, "design", 1, args.dur, args.steps)
+    runner.run(items)  # warm
+    lat = []
+    lat_graphed = []
+    for _ in range(5):
+        sync()
+        t1 = time.perf_counter()
+        items = our_items(model, "design", 1, args.dur, args.steps)
+        codes = runner.run(items)
+        model.codec.decode(codes)
+        sync()
+        lat.append(time.perf_counter() - t1)
+        t1 = time.perf_counter()
+        items = our_items(model, "design", 1, args.dur, args.steps)
+        codes = runner.run_graphed(items)
+        model.codec.decode(codes)
+        sync()
+        lat_graphed.append(time.perf_counter() - t1)
+    emit(out_dir, {"kind": "latency", "impl": "ours", "mode": "design", "dur_s": args.dur, "num_step": args.steps,
+                   "step_path_ms_median": round(1000 * statistics.median(lat), 1),
+                   "step_path_ms_min": round(1000 * min(lat), 1),
+                   "graphed_ms_median": round(1000 * statistics.median(lat_graphed), 1),
+                   "graphed_ms_min": round(1000 * min(lat_graphed), 1), "graph": runner.stats.as_dict()})
+    if args.profile:
+        profile_ours(model, runner, out_dir, args)
+    del runner, model
+    torch.cuda.empty_cache()
+
+
+def profile_ours(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace) -> None:
+    """Kernel time table of one eager fused step at B=64 design (what the graph replays)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from realtime_tts.model import decoding
+
+    items = our_items(model, "design", 64, args.dur, args.steps)
+    batch = decoding.pack([decoding.ItemState.start(it, "cuda") for it in items], "cuda")
+    runner.forward_step(batch)
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        runner.forward_step(batch)
+        sync()
+    (out_dir / "omnivoice_profile.txt").write_text(
+        prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+
+
+def bench_reference(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
+    from omnivoice import OmniVoice, VoiceClonePrompt
+
+    t0 = time.perf_counter()
+    model = OmniVoice.from_pretrained(str(ckpt), dtype=torch.bfloat16, device_map="cuda")
+    model.eval()
+    emit(out_dir, {"kind": "load", "impl": "reference", "load_s": round(time.perf_counter() - t0, 2)})
+    words = max(3, round(2.7 * args.dur))
+    for mode in args.modes.split(","):
+        for num in [int(b) for b in args.ref_batches.split(",")]:
+            if time.time() - T_START > args.budget_s - 25:
+                emit(out_dir, {"kind": "skip", "impl": "reference", "mode": mode, "B": num})
+                continue
+            kw: dict[str, Any] = dict(text=[make_text(words, i) for i in range(num)], language="en",
+                                      duration=float(args.dur), num_step=args.steps)
+            if mode == "design":
+                kw["instruct"] = INSTRUCT
+            else:
+                g = torch.Generator().manual_seed(123)
+                ref = torch.randint(0, 1024, (8, REF_SECONDS * 25), generator=g).cuda()
+                kw["voice_clone_prompt"] = [VoiceClonePrompt(ref_audio_tokens=ref, ref_text=make_text(
+                    int(2.7 * REF_SECONDS), 99), ref_rms=0.05)] * num
+            model.generate(**{**kw, "num_step": 4})  # warm-up
+            walls = []
+            for rep in range(args.reps):
+                torch.manual_seed(rep)
+                sync()
+                t1 = time.perf_counter()
+                model.generate(**kw)
+                sync()
+                walls.append(time.perf_counter() - t1)
+            wall = min(walls)
+            emit(out_dir, {"kind": "gen", "impl": "reference", "mode": mode, "B": num, "dur_s": args.dur,
+                           "num_step": args.steps, "wall_s": round(wall, 4), "xrt": round(num * args.dur / wall, 1)})
+    del model
+    torch.cuda.empty_cache()
+
+
+def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -> str:
+    gens = [r for r in RECORDS if r["kind"] == "gen"]
+    lines = [f"# OmniVoice engine vs reference on {env['device']} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+             "", f"Command: `python bench/omnivoice_bench.py {' '.join(sys.argv[1:])}`", "",
+             f"Versions: torch {env['torch']}, CUDA {env['cuda']}, triton {env['triton']}, transformers "
+             f"{env['transformers']}, python {env['python']}. Full-size random checkpoint (realtime_tts.model."
+             f"checkpoint, 612.6 M LLM params) with a word-level bench tokenizer; bf16; {args.steps} steps; "
+             f"{args.dur:g} s clips; xRT = seconds of audio per wall second (diffusion + codec decode + host "
+             f"prep); MFU = useful FLOPs of the diffusion loop / {CARD_TFLOPS:g} TFLOP/s.", "",
+             "| impl | mode | B | wall s | xRT | per step ms | loop TFLOP/s | MFU (loop) | graph hits/misses |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in gens:
+        g = r.get("graph", {})
+        lines.append(f"| {r['impl']} | {r['mode']} | {r['B']} | {r['wall_s']} | {r['xrt']} | "
+                     f"{r.get('per_step_ms', '')} | {r.get('tflops_loop', '')} | {r.get('mfu_loop', '')} | "
+                     f"{str(g.get('graph_hits', '')) + '/' + str(g.get('graph_misses', '')) if g else ''} |")
+    for r in RECORDS:
+        if r["kind"] == "latency":
+            lines += ["", f"Single {r['dur_s']} s design utterance, idle engine, {r['num_step']} steps, incl. "
+                          f"prepare + codec decode: step() path median {r['step_path_ms_median']} ms (min "
+                          f"{r['step_path_ms_min']}); chained graph replay median {r['graphed_ms_median']} ms "
+                          f"(min {r['graphed_ms_min']})."]
+        if r["kind"] == "attn":
+            lines += ["", "Attention " + json.dumps({k: v for k, v in r.items() if k not in ('kind', 't_s')})]
+    text = "\n".join(lines) + "\n"
+    (out_dir / "omnivoice_bench.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out-dir", default=os.environ.get("OUT", "bench/results"))
+    p.add_argument("--ckpt", default="/tmp/omnivoice-full")
+    p.add_argument("--batches", default="1,16,64,128")
+    p.add_argument("--ref-batches", default="1,64")
+    p.add_argument("--modes", default="design,clone")
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--dur", type=float, default=6.0)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--budget-s", type=float, default=540)
+    p.add_argument("--no-ref", action="store_true")
+    p.add_argument("--no-kernels", action="store_true")
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args()
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import transformers
+    import triton
+
+    env = {"kind": "env", "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "triton": triton.__version__, "transformers": transformers.__version__,
+           "python": platform.python_version(), "argv": sys.argv[1:]}
+    emit(out_dir, env)
+    ckpt = Path(args.ckpt)
+    if not (ckpt / "model.safetensors").exists():
+        from realtime_tts.model.checkpoint import build_random_checkpoint
+
+        t0 = time.perf_counter()
+        build_random_checkpoint(ckpt, size="full", seed=0, device="cuda")
+        write_word_tokenizer(ckpt)
+        emit(out_dir, {"kind": "checkpoint", "build_s": round(time.perf_counter() - t0, 1)})
+    stages = [("kernels", lambda: None if args.no_kernels else bench_kernels(out_dir)),
+              ("ours", lambda: bench_ours(args, ckpt, out_dir)),
+              ("reference", lambda: None if args.no_ref else bench_reference(args, ckpt, out_dir))]
+    for name, fn in stages:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - keep the other stages' numbers
+            import traceback
+            emit(out_dir, {"kind": "error", "stage": name, "err": traceback.format_exc()[-3000:]})
+    print(write_report(args, out_dir, env))
+
+
+if __name__ == "__main__":
+    main()

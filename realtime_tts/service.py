@@ -86,7 +86,14 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """Peak RSS of the whole process since it started (Linux reports KiB)."""
+    """Peak RSS of the whole process since it started: VmHWM, else ru_maxrss (both KiB on Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -371,6 +378,7 @@ class Synthesis:
         ttfa_ms = (self._t_first_audio - t_text) * 1e3 if self._t_first_audio is not None else None
         audio_ms = self._samples_out / self.sample_rate * 1e3
         caps = self._engine.capabilities
+        rss_end = rss_bytes()
         return {
             "t_total_ms": round(t_total_ms, 2),
             "ttfa_ms": round(ttfa_ms, 2) if ttfa_ms is not None else None,
@@ -385,8 +393,9 @@ class Synthesis:
             "sample_rate": self.sample_rate,
             "mem": {
                 "rss_start_bytes": self._rss_start,
-                "rss_end_bytes": rss_bytes(),
-                "rss_peak_bytes": peak_rss_bytes(),
+                "rss_end_bytes": rss_end,
+                # the kernel updates the high-water mark lazily, so it can trail the current RSS slightly
+                "rss_peak_bytes": max(peak_rss_bytes(), rss_end, self._rss_start),
                 "vram_start_bytes": None,
                 "vram_end_bytes": None,
                 "vram_peak_bytes": None,

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from conftest import Server, assert_speech, ws_exchange
+from live_server import Server, assert_speech, ws_exchange
 
 # (first frame, expected close code, field named in the error)
 WS_CASES = [

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from conftest import SAMPLE_RATE, Server, assert_speech, pcm_to_float
+from live_server import SAMPLE_RATE, Server, assert_speech, pcm_to_float
 
 TEXT = "Streaming speech over plain HTTP works too."
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import REPO
+from live_server import REPO
 
 
 def test_api_does_not_import_torch() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import soundfile as sf
 import websockets
 
-from conftest import SAMPLE_RATE, Server, assert_speech, pcm_to_float, ws_exchange
+from live_server import SAMPLE_RATE, Server, assert_speech, pcm_to_float, ws_exchange
 
 STATS_KEYS = {"t_total_ms", "ttfa_ms", "queue_ms", "audio_duration_ms", "rtf", "segments", "batch_size_mean",
               "engine", "device", "mem"}
@@ -74,7 +74,9 @@ def test_duration_proportional_to_text(server: Server) -> None:
 
 
 def test_stream_equals_one_shot_for_same_seed(server: Server) -> None:
-    text = "Good morning. The weather today is sunny, with a light breeze from the west. Enjoy your day!"
+    text = ("Good morning. The weather today is sunny, with a light breeze from the west. Enjoy your day! "
+            "Later this afternoon clouds will gather over the hills, and by the evening a little rain may fall, "
+            "so keep an umbrella close. Tomorrow looks bright again.")  # longer than one segment
     streamed = ws_exchange(f"{server.ws}/v1/stream", [{"text": text, "seed": 42}])
     again = ws_exchange(f"{server.ws}/v1/stream", [{"text": text, "seed": 42}])
     resp = httpx.post(f"{server.http}/v1/synth", json={"text": text, "seed": 42, "voice": "base"}, timeout=60)

@@ -1,0 +1,130 @@
+"""Helpers for the server tests: start a real uvicorn server in a subprocess on a free port, talk to it with
+real websockets / httpx clients, judge the audio it returns. (A uniquely named module, so it never clashes
+with the conftest.py files of other test folders.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_RATE = 24_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    log_path = tmp / f"server-{port}.log"
+    cmd = [sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port), "--log-level", "warning", *extra]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    server = Server(port, proc, log_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log()}")
+        try:
+            if httpx.get(server.http + "/health", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"server did not become healthy:\n{server.log()}")
+
+
+def stop_server(server: Server) -> None:
+    server.proc.terminate()
+    try:
+        server.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+
+
+@dataclass
+class WsResult:
+    frames: list[bytes] = field(default_factory=list)
+    texts: list[dict[str, Any]] = field(default_factory=list)  # every JSON frame, in order
+    close_code: int | None = None
+    close_reason: str = ""
+
+    @property
+    def pcm(self) -> np.ndarray:
+        return pcm_to_float(b"".join(self.frames))
+
+    @property
+    def terminal(self) -> dict[str, Any]:
+        assert self.texts and self.texts[-1].get("done") is True, self.texts
+        return self.texts[-1]
+
+
+def ws_exchange(url: str, messages: list[dict[str, Any] | str | bytes], *, timeout: float = 60) -> WsResult:
+    """Send every message (dicts as JSON), then read until the server closes."""
+    out = WsResult()
+    with connect(url, open_timeout=10, close_timeout=5, max_size=None) as ws:
+        for m in messages:
+            ws.send(json.dumps(m) if isinstance(m, dict) else m)
+        try:
+            while True:
+                msg = ws.recv(timeout=timeout)
+                if isinstance(msg, bytes):
+                    out.frames.append(msg)
+                else:
+                    out.texts.append(json.loads(msg))
+        except ConnectionClosed as e:
+            if e.rcvd is not None:
+                out.close_code, out.close_reason = e.rcvd.code, e.rcvd.reason
+    return out
+
+
+def pcm_to_float(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
+
+
+def assert_speech(samples: np.ndarray, *, min_s: float, max_s: float) -> None:
+    """Real speech: duration in range, RMS sane, most 20 ms windows non-silent, no clipping."""
+    dur = len(samples) / SAMPLE_RATE
+    assert min_s <= dur <= max_s, f"duration {dur:.2f}s outside [{min_s}, {max_s}]"
+    rms = float(np.sqrt(np.mean(samples.astype(np.float64) ** 2)))
+    assert 0.01 < rms < 0.3, f"RMS {rms:.4f} is not speech-like"
+    win = SAMPLE_RATE // 50
+    n = len(samples) // win
+    levels = np.abs(samples[: n * win]).reshape(n, win).max(axis=1)
+    voiced = float(np.mean(levels > 10 ** (-40 / 20)))
+    assert voiced > 0.6, f"only {voiced:.0%} of 20 ms windows are above -40 dBFS"
+    assert float(np.mean(np.abs(samples) > 0.999)) < 0.001, "clipping"

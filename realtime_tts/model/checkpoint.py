@@ -84,39 +84,42 @@ def omnivoice_config(llm: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def random_weights(llm: dict[str, Any], generator: torch.Generator, device: str | torch.device = "cpu",
-                   std: float = 0.02, head_std: float | None = None) -> dict[str, torch.Tensor]:
-    """Every tensor of the released model.safetensors (313 at full size), fp32, N(0, std) matrices and
-    norm gains near 1 (not exactly 1, so a missing gain multiplication shows in parity tests)."""
+def param_shapes(llm: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor in the released model.safetensors (313 at full size), in file order."""
     hidden, head_dim = llm["hidden_size"], llm["head_dim"]
     q_out, kv_out = llm["num_attention_heads"] * head_dim, llm["num_key_value_heads"] * head_dim
     inter, audio_rows = llm["intermediate_size"], 8 * 1025
-
-    def mat(rows: int, cols: int, s: float = std) -> torch.Tensor:
-        return torch.randn(rows, cols, generator=generator, device=device) * s
-
-    def gain(n: int) -> torch.Tensor:
-        return 1.0 + 0.1 * torch.randn(n, generator=generator, device=device)
-
-    w: dict[str, torch.Tensor] = {"llm.embed_tokens.weight": mat(llm["vocab_size"], hidden)}
+    shapes: dict[str, tuple[int, ...]] = {"llm.embed_tokens.weight": (llm["vocab_size"], hidden)}
     for i in range(llm["num_hidden_layers"]):
         p = f"llm.layers.{i}."
-        w[p + "self_attn.q_proj.weight"] = mat(q_out, hidden)
-        w[p + "self_attn.k_proj.weight"] = mat(kv_out, hidden)
-        w[p + "self_attn.v_proj.weight"] = mat(kv_out, hidden)
-        w[p + "self_attn.o_proj.weight"] = mat(hidden, q_out)
-        w[p + "self_attn.q_norm.weight"] = gain(head_dim)
-        w[p + "self_attn.k_norm.weight"] = gain(head_dim)
-        w[p + "mlp.gate_proj.weight"] = mat(inter, hidden)
-        w[p + "mlp.up_proj.weight"] = mat(inter, hidden)
-        w[p + "mlp.down_proj.weight"] = mat(hidden, inter)
-        w[p + "input_layernorm.weight"] = gain(hidden)
-        w[p + "post_attention_layernorm.weight"] = gain(hidden)
-    w["llm.norm.weight"] = gain(hidden)
-    w["audio_embeddings.weight"] = mat(audio_rows, hidden)
-    w["audio_heads.weight"] = mat(audio_rows, hidden, head_std if head_std is not None else std)
-    w["codebook_layer_offsets"] = torch.arange(8, device=device) * 1025
-    return w
+        shapes.update({
+            p + "self_attn.q_proj.weight": (q_out, hidden), p + "self_attn.k_proj.weight": (kv_out, hidden),
+            p + "self_attn.v_proj.weight": (kv_out, hidden), p + "self_attn.o_proj.weight": (hidden, q_out),
+            p + "self_attn.q_norm.weight": (head_dim,), p + "self_attn.k_norm.weight": (head_dim,),
+            p + "mlp.gate_proj.weight": (inter, hidden), p + "mlp.up_proj.weight": (inter, hidden),
+            p + "mlp.down_proj.weight": (hidden, inter), p + "input_layernorm.weight": (hidden,),
+            p + "post_attention_layernorm.weight": (hidden,)})
+    shapes["llm.norm.weight"] = (hidden,)
+    shapes["audio_embeddings.weight"] = (audio_rows, hidden)
+    shapes["audio_heads.weight"] = (audio_rows, hidden)
+    shapes["codebook_layer_offsets"] = (8,)
+    return shapes
+
+
+def random_weights(llm: dict[str, Any], generator: torch.Generator, device: str | torch.device = "cpu",
+                   std: float = 0.02, head_std: float | None = None) -> dict[str, torch.Tensor]:
+    """fp32 tensors for param_shapes: N(0, std) matrices, norm gains near 1 (not exactly 1, so a missing
+    gain multiplication shows in parity tests), the codebook offsets c·1025."""
+    weights: dict[str, torch.Tensor] = {}
+    for name, shape in param_shapes(llm).items():
+        if name == "codebook_layer_offsets":
+            weights[name] = torch.arange(8, device=device) * 1025
+        elif len(shape) == 1:
+            weights[name] = 1.0 + 0.1 * torch.randn(shape, generator=generator, device=device)
+        else:
+            s = head_std if (name == "audio_heads.weight" and head_std is not None) else std
+            weights[name] = torch.randn(shape, generator=generator, device=device) * s
+    return weights
 
 
 def write_tokenizer(out_dir: Path, kind: TokenizerKind) -> None:

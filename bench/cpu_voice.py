@@ -120,6 +120,7 @@ def main() -> None:
     ap.add_argument("--bulk-requests", type=int, default=2, help="long requests per client (bulk x-realtime)")
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
+    load_before = os.getloadavg()
     port = args.port or free_port()
     proc = start_server(port)
     url = f"ws://127.0.0.1:{port}/v1/stream"
@@ -145,7 +146,9 @@ def main() -> None:
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     md = (
         "# CPU voice through the server (WS /v1/stream)\n\n"
-        f"- command: `{cmd.strip()}`\n- date: {now}\n- machine: {machine()}\n- versions: {versions()}\n\n"
+        f"- command: `{cmd.strip()}`\n- date: {now}\n- machine: {machine()}\n- versions: {versions()}\n"
+        f"- load average before the run (1/5/15 min): {load_before[0]:.2f} / {load_before[1]:.2f} / "
+        f"{load_before[2]:.2f} (other work on the same cores inflates latency)\n\n"
         f"Short request: \"{SHORT}\" (6 words); each client sends them back to back. First audio is measured "
         "in the client, from sending the request to the first binary frame (the server's own ttfa_ms from "
         f"the stats envelope is beside it). Bulk: a {len(LONG.split())}-word text per request; x-realtime = "

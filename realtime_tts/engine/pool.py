@@ -32,19 +32,32 @@ class EnginePool:
             self.engines["omnivoice"] = OmniVoiceEngine(config)
         self.default = "omnivoice" if "omnivoice" in self.engines else "cpu"
         self._start_errors: dict[str, str] = {}
+        self._starting: dict[str, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
-        """Start every engine. The CPU voice must start; a failing OmniVoice engine is reported by /health
-        (status error) and the CPU voice keeps serving."""
-        results = await asyncio.gather(*(e.start() for e in self.engines.values()), return_exceptions=True)
-        for name, result in zip(self.engines, results):
-            if isinstance(result, BaseException):
-                self._start_errors[name] = f"{type(result).__name__}: {result}"
-                log.error("engine %s failed to start: %s", name, result)
-                if name == "cpu":
-                    raise result
+        """Start the CPU voice (must succeed: the server always speaks) and the other engines in the
+        background: model loading can take minutes, /health says "loading" meanwhile, and a failure is
+        reported there (status error) while the CPU voice keeps serving."""
+        await self.engines["cpu"].start()
+        for name, engine in self.engines.items():
+            if name != "cpu":
+                self._starting[name] = asyncio.create_task(self._start_one(name, engine), name=f"start-{name}")
+
+    async def _start_one(self, name: str, engine: Engine) -> None:
+        try:
+            await engine.start()
+        except Exception as e:  # reported by /health; the CPU voice keeps serving
+            self._start_errors[name] = f"{type(e).__name__}: {e}"
+            log.exception("engine %s failed to start", name)
+
+    async def wait_started(self) -> None:
+        """Wait for the background starts (tests and benchmarks that need every engine)."""
+        await asyncio.gather(*self._starting.values(), return_exceptions=True)
 
     async def stop(self) -> None:
+        for task in self._starting.values():
+            task.cancel()
+        await asyncio.gather(*self._starting.values(), return_exceptions=True)
         await asyncio.gather(*(e.stop() for e in self.engines.values()), return_exceptions=True)
 
     def route(self, model: str | None, voice_mode: str) -> Engine:

@@ -3,9 +3,9 @@
 Pure Python (regex, jieba); never imports the engine, torch or numpy.
 """
 
-from realtime_tts.text.chunk import split_text
+from realtime_tts.text.chunk import split_text, warm_up
 from realtime_tts.text.script import budget_length, text_length
 from realtime_tts.text.stream import SentenceBuffer
 from realtime_tts.text.unit import Unit, normalize_space
 
-__all__ = ["SentenceBuffer", "Unit", "budget_length", "normalize_space", "split_text", "text_length"]
+__all__ = ["SentenceBuffer", "Unit", "budget_length", "normalize_space", "split_text", "text_length", "warm_up"]

@@ -42,7 +42,14 @@ def _jieba() -> ModuleType:
     import jieba  # ~1 s to build its dictionary: only when Chinese text needs word boundaries
 
     jieba.setLogLevel(logging.WARNING)
-    return jieba
+    module: ModuleType = jieba
+    return module
+
+
+def warm_up() -> None:
+    """Build jieba's dictionary now (~1-2 s of CPU) rather than inside the first split_text that needs it.
+    Blocking: call it from a worker thread at startup (never on the event loop)."""
+    _jieba().initialize()
 
 
 def split_text(text: str, *, target_chars: int = 160, max_chars: int = 320,

@@ -33,35 +33,37 @@ TERMINATORS = (
 SPACED_CLAUSE = ",;:"
 # Clause marks that need no space: CJK 、，：､, Arabic ، ؛, Myanmar ၊, Ethiopic ፣ ፤, Armenian ՝, em dash —.
 CLAUSE = "\u3001\uff0c\uff1a\uff64\u060c\u061b\u104a\u1363\u1364\u055d\u2014"
-# Closing quotes/brackets (and markdown emphasis) stay with the sentence they close.
-CLOSERS = "\"'\u201d\u2019\u00bb\u203a)]}\u300d\u300f\u3011\u300b\u3009\uff09\uff3d\uff5d\u3015\u3017\u3019\u301b\uff02\uff07*"
+# Closing quotes/brackets (and markdown emphasis) stay with the sentence they close. « and ‹ count only
+# when glued to the mark (German »Satz.«); French opens with « after a space.
+CLOSERS = "\"'\u201d\u2019\u00bb\u203a\u00ab\u2039)]}\u300d\u300f\u3011\u300b\u3009\uff09\uff3d\uff5d\u3015\u3017\u3019\u301b\uff02\uff07*"
 # Stripped from the front of a word before the abbreviation check.
 OPENERS = "\"'\u201c\u2018\u00ab\u2039([{\u00bf\u00a1\u300c\u300e*"
 
 # A "." after one of these never ends a sentence (lowercase, without the final dot).
-ABBREVIATIONS = frozenset(
-    """
-    mr mrs ms mx dr prof sr jr st mt ft rev gen col capt lt sgt cpl hon pres gov sen rep
-    vs etc. cf approx ca dept est fig figs vol vols eq eqs ed eds al ibid
-    jan feb mar apr jun jul aug sep sept oct nov dec
-    mon tue wed thu fri sat sun
+_ABBREVIATION_WORDS = """
+    mr mrs ms mx dr prof sr jr st mt rev capt lt sgt cpl
+    vs cf approx ca dept ibid
+    feb apr jun jul aug sep sept oct nov tue thu fri
     e.g i.e a.m p.m u.s u.k u.n e.u ph.d b.a m.a b.sc m.sc
-    z.b d.h u.a bzw ggf evtl inkl ca vgl sog hr fr dr hrn
-    mme mlle mm cf p.ex
-    sra srta dra ud uds
+    z.b d.h u.a bzw ggf evtl inkl vgl sog hr fr hrn
+    mme mlle p.ex sra srta dra
     т.е т.к т.д т.п г гг им ул стр др проф
-    """.replace("etc.", "").split()
+"""
+# Left out: short forms that are far more often ordinary words ending a sentence (sun, sat, fig, Ed, Al,
+# est, mar...); "fig", "vol", "no"... count only before a number (below).
+ABBREVIATIONS = frozenset(_ABBREVIATION_WORDS.split())
+# These are abbreviations only before a number ("No. 5", "pp. 12", "Fig. 3"); elsewhere they can end one.
+NUMERIC_ABBREVIATIONS = frozenset(
+    ["no", "nos", "nr", "art", "p", "pp", "ch", "sec", "para", "tel", "n", "fig", "figs", "vol", "vols", "eq",
+     "eqs", "ft"]
 )
-# These are abbreviations only before a number ("No. 5", "pp. 12"); elsewhere "no." can end a sentence.
-NUMERIC_ABBREVIATIONS = frozenset("no nos nr art p pp ch sec para tel n".split())
 
 # A number + "." before one of these is an ordinal date ("am 3. Oktober"), not a sentence end.
-MONTHS = frozenset(
-    """
+_MONTH_WORDS = """
     januar jänner februar märz april mai juni juli august september oktober november dezember
     january february march june july october december
-    """.split()
-)
+"""
+MONTHS = frozenset(_MONTH_WORDS.split())
 
 # Cut levels, strongest first. The stream buffer treats PARAGRAPH like SENTENCE; the chunker prefers it.
 PARAGRAPH = 4  # blank line
@@ -108,7 +110,7 @@ def scan_marks(text: str, pos: int, final: bool, out: list[Mark]) -> int:
         m = MARK_RE.search(text, pos)
         if m is None:
             return n
-        i = m.start()
+        i: int = m.start()
         got = _resolve(text, i, final)
         if got is None:
             return i
@@ -194,8 +196,11 @@ def _closers(text: str, i: int) -> int:
     while i < n:
         if text[i] in _CLOSERS:
             i += 1
-        elif text[i] in _GUILLEMET_SPACE and i + 1 < n and text[i + 1] in _GUILLEMETS:
-            i += 2  # French « … idée. » puts a (no-break) space before the closing guillemet
+        elif (text[i] in _GUILLEMET_SPACE and i + 1 < n and text[i + 1] in _GUILLEMETS
+              and (i + 2 == n or not text[i + 2].isalnum())):
+            # French « … idée. » puts a (no-break) space before the closing guillemet; German »Wort«
+            # opens with » right before a word, so a » glued to a letter is not a closer
+            i += 2
         else:
             break
     return i
@@ -204,7 +209,9 @@ def _closers(text: str, i: int) -> int:
 def _open_end(text: str, e: int) -> bool:
     """Could more closers follow text[:e] once more text arrives?"""
     n = len(text)
-    return e == n or (e + 1 == n and text[e] in _GUILLEMET_SPACE)
+    if e == n:
+        return True
+    return text[e] in _GUILLEMET_SPACE and (e + 1 == n or (e + 2 == n and text[e + 1] in _GUILLEMETS))
 
 
 def _resolve_latin(text: str, i: int, final: bool) -> tuple[int, int, int] | None:

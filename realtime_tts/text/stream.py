@@ -132,10 +132,10 @@ class SentenceBuffer:
         self._scan = self._frontier = frontier + origin
         units: list[Unit] = []
         while self._start < self._total:
-            cut = self._next_cut(final)
-            if cut is None:
+            next_cut = self._next_cut(final)
+            if next_cut is None:
                 break
-            self._emit(cut, units)
+            self._emit(next_cut, units)
         if final and self._start < self._total:
             self._emit(self._total, units)
         self._trim()

@@ -208,3 +208,24 @@ def test_no_false_cuts(text: str) -> None:
     many = " ".join([text] * 12)
     for unit in split_text(many, target_chars=100, max_chars=200):
         assert len(unit.text.replace(text, "").strip()) == 0, unit.text
+
+
+@pytest.mark.parametrize(("text", "sentences"), [
+    ("I love the sun. It is warm.", ["I love the sun.", "It is warm."]),
+    ("The answer is 42. Then we stop.", ["The answer is 42.", "Then we stop."]),
+    ("Go to example.com. Then click.", ["Go to example.com.", "Then click."]),
+    ("Wow!!! Really?! Yes.", ["Wow!!!", "Really?!", "Yes."]),
+    ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+    ("We bought apples, pears, etc. The rest was sold.", ["We bought apples, pears, etc.", "The rest was sold."]),
+    ("Ich komme am Montag. Danach gehen wir.", ["Ich komme am Montag.", "Danach gehen wir."]),
+    ("他说：“好的！”我们走吧。", ["他说：“好的！”", "我们走吧。"]),
+    ("Er sagte: »Ich komme.« Dann ging er.", ["Er sagte: »Ich komme.«", "Dann ging er."]),
+    ("Es ist gut. »Nein«, sagte er.", ["Es ist gut.", "»Nein«, sagte er."]),
+    ("C'est fini. » Puis il partit.", ["C'est fini. »", "Puis il partit."]),
+    ("Hello.你好。", ["Hello.", "你好。"]),
+    ("Title line\n\nBody text here.", ["Title line", "Body text here."]),
+    ("OK. Fine.", ["OK. Fine."]),  # "OK." alone is under min_chars: it waits and joins
+])
+def test_true_cuts(text: str, sentences: list[str]) -> None:
+    for chunks in ([text], list(text), tokens(text, 5)):
+        assert [u.text for u in stream(chunks, **SENTENCE_MODE)] == sentences

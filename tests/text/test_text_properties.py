@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from realtime_tts.text import SentenceBuffer, Unit, budget_length, normalize_space, split_text
+
+# Longer hunts: TEXT_EXAMPLES_SCALE=10 .venv/bin/python -m pytest tests/text/test_text_properties.py
+SCALE = int(os.environ.get("TEXT_EXAMPLES_SCALE", "1"))
 
 # Fragments that exercise every rule: sentence ends in many scripts, clause marks, closers, abbreviations,
 # decimals, versions, URLs, ellipses, newlines, combining marks, emoji ZWJ sequences, CJK without spaces.
@@ -16,7 +21,7 @@ FRAGMENTS = [
     "你好", "世界", "。", "！", "？", "；", "，", "、", "……", "」", "「", "こんにちは", "ですね", "안녕하세요",
     "ภาษาไทย", "สวัสดีครับ", "नमस्ते", "।", "हिन्दी", "مرحبا", "؟", "،", "؛", "Привет", "т.е.", "Как",
     "Straße", "z.", "B.", "déjà", "vu", "👍🏽", "👨\u200d👩\u200d👧", "🇯🇵", "e\u0301", "12:30", "3,000",
-    "ok", "Yes", "no", "x" * 30, "中" * 25, "Oktober", "3.", " »", "\u00a0»", "«", "Bonjour !", "idée. »",
+    "ok", "Yes", "no", "x" * 30, "中" * 25, "Oktober", "3.", " »", "\u00a0»", "«", "Bonjour !", "idée. »", "»Nein.«", " »x", "‹", "›",
 ]
 
 WORDS = [f for f in FRAGMENTS if f.strip() and f[0].isalnum()]
@@ -70,7 +75,7 @@ def split_at(text: str, cuts: list[int]) -> list[str]:
     return [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text_strategy, st.lists(st.integers(0, 10_000), max_size=40), limits())
 def test_buffer_lossless_and_chunking_invariant(text: str, cuts: list[int], params: dict[str, int]) -> None:
     whole = run_chunks([text], params)
@@ -83,7 +88,7 @@ def test_buffer_lossless_and_chunking_invariant(text: str, cuts: list[int], para
     assert [u.first for u in whole] == [i == 0 for i in range(len(whole))]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150 * SCALE, deadline=None)
 @given(st.lists(text_strategy, min_size=1, max_size=4), limits())
 def test_buffer_turns_and_flushes_keep_offsets(parts: list[str], params: dict[str, int]) -> None:
     buffer = SentenceBuffer(**params)
@@ -101,7 +106,7 @@ def test_buffer_turns_and_flushes_keep_offsets(parts: list[str], params: dict[st
     check_lossless(raw, units)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * SCALE, deadline=None)
 @given(text_strategy, st.integers(12, 200), st.integers(0, 200), st.none() | st.integers(4, 60))
 def test_split_text_lossless_and_within_max(text: str, target: int, extra: int, first: int | None) -> None:
     max_chars = target + extra

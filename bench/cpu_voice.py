@@ -109,7 +109,8 @@ def versions() -> str:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
             return "-"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=False).stdout
     return (f"python {platform.python_version()}, hibari-tts {v('hibari-tts')}, onnxruntime {v('onnxruntime')}, "
             f"numpy {v('numpy')}, uvicorn {v('uvicorn')}, starlette {v('starlette')}, realtime_tts {commit.strip()}")
 
@@ -133,8 +134,8 @@ def main() -> None:
         proc.wait(timeout=20)
     cores = os.cpu_count() or 1
     lines = [
-        "| clients | requests | first audio p50 (ms) | p95 (ms) | server ttfa p50 (ms) | x-realtime (short) "
-        "| x-realtime (bulk) | bulk x-realtime per core |",
+        ("| clients | requests | first audio p50 (ms) | p95 (ms) | server ttfa p50 (ms) | x-realtime (short) "
+         "| x-realtime (bulk) | bulk x-realtime per core |"),
         "|---|---|---|---|---|---|---|---|",
     ]
     for s, b in zip(short, bulk):
@@ -143,7 +144,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     cmd = "python bench/cpu_voice.py " + " ".join(sys.argv[1:])
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     md = (
         "# CPU voice through the server (WS /v1/stream)\n\n"
         f"- command: `{cmd.strip()}`\n- date: {now}\n- machine: {machine()}\n- versions: {versions()}\n"

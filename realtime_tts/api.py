@@ -19,6 +19,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
@@ -298,7 +299,7 @@ async def _form(request: Request) -> tuple[dict[str, Any], dict[str, UploadFile]
         return await _json_body(request, MAX_UPLOAD_BYTES * 2), {}
     try:
         form = await request.form(max_part_size=MAX_UPLOAD_BYTES)
-    except Exception as e:  # the multipart parser's own errors (malformed body, part too large)
+    except MultiPartException as e:  # malformed body, part too large
         raise BadRequest(f"malformed form body: {e}", field="(body)") from None
     fields: dict[str, Any] = {}
     files: dict[str, UploadFile] = {}
@@ -379,7 +380,7 @@ class AppState:
     def _decode(data: bytes) -> tuple[Any, int]:
         try:
             samples, rate = audio.decode(data)
-        except Exception as e:  # libsndfile's error for an unreadable file
+        except (RuntimeError, ValueError, TypeError) as e:  # soundfile.LibsndfileError is a RuntimeError
             raise BadRequest(f"ref_audio could not be decoded as audio: {e}", field="ref_audio") from None
         if len(samples) < rate // 2:
             raise BadRequest("ref_audio is shorter than 0.5 s", field="ref_audio")

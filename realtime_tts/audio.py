@@ -36,7 +36,8 @@ _OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
 def to_pcm16(samples: np.ndarray) -> bytes:
     """float32 in [-1, 1] → int16 little-endian bytes (clipped, so overshoot cannot wrap around)."""
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    pcm: bytes = (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    return pcm
 
 
 def from_pcm16(data: bytes) -> np.ndarray:
@@ -49,7 +50,7 @@ def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:
     if num_samples is None:
         num_samples = (0xFFFFFFFF - 36) // 2
     buf = io.BytesIO()
-    w = wave.open(buf, "wb")
+    w = wave.open(buf, "wb")  # noqa: SIM115 — closing would patch the sizes to the (zero) frames written
     w.setnchannels(1)
     w.setsampwidth(2)
     w.setframerate(sample_rate)

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -343,7 +343,7 @@ class Synthesis:
             seg.chunks.put_nowait(_CANCELLED)
         self._live.clear()
 
-    async def __aenter__(self) -> Synthesis:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

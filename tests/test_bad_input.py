@@ -6,9 +6,9 @@ import json
 
 import httpx
 import pytest
-from websockets.sync.client import connect
-
 from live_server import Server, assert_speech, ws_exchange
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 # (first frame, expected close code, field named in the error)
 WS_CASES = [
@@ -87,11 +87,10 @@ def test_ws_later_frame_not_json(server: Server) -> None:
     with connect(f"{server.ws}/v1/stream/text") as ws:
         ws.send(json.dumps({}))
         ws.send(b"\x00binary")
-        try:
+        with pytest.raises(ConnectionClosed) as closed:
             while True:
                 ws.recv(timeout=30)
-        except Exception as e:  # ConnectionClosed
-            assert getattr(e, "rcvd").code == 1003
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
 
 
 HTTP_CASES = [

@@ -11,7 +11,6 @@ import httpx
 import numpy as np
 import soundfile as sf
 import websockets
-
 from live_server import SAMPLE_RATE, Server, assert_speech, pcm_to_float, ws_exchange
 
 STATS_KEYS = {"t_total_ms", "ttfa_ms", "queue_ms", "audio_duration_ms", "rtf", "segments", "batch_size_mean",
@@ -30,8 +29,8 @@ def test_lunavox_example_unmodified(server: Server) -> None:
             await ws.send(json.dumps({"text": "Hello from the server.", "voice": "base"}))
             while True:
                 msg = await ws.recv()
-                if isinstance(msg, bytes): pcm.append(msg)  # noqa: E701
-                else: printed.append(json.loads(msg)["stats"]); break  # noqa: E701,E702
+                if isinstance(msg, bytes): pcm.append(msg)
+                else: printed.append(json.loads(msg)["stats"]); break
 
     asyncio.run(main())
     assert len(printed) == 1 and isinstance(printed[0], dict)

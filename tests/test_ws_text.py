@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from websockets.sync.client import connect
-
 from live_server import SAMPLE_RATE, Server, assert_speech, ws_exchange
+from websockets.sync.client import connect
 
 REPLY = ("Sure, I can help with that. The train leaves at nine in the morning. "
          "Bring a warm coat, because it gets cold on the platform. See you there!")

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -172,9 +172,10 @@ class CpuEngine:
                                    "engine (start the server with --model DIR)", field="voice")
 
     def health(self) -> EngineHealth:
-        status = "ok" if self._status == "ok" else ("loading" if self._status == "loading" else "error")
+        status: Literal["ok", "loading", "error"] = (
+            "ok" if self._status == "ok" else "loading" if self._status == "loading" else "error")
         workers = tuple(WorkerHealth(worker_id=i, status=status, device="cpu") for i in range(self._num_workers))
-        return EngineHealth(status=status, detail=self._detail, workers=workers)  # type: ignore[arg-type]
+        return EngineHealth(status=status, detail=self._detail, workers=workers)
 
     def load(self) -> EngineLoad:
         busy = min(self._busy, self._num_workers)

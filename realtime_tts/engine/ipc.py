@@ -130,6 +130,8 @@ class Stats(msgspec.Struct, tag="stats", frozen=True):
     last_step_ms: float
     last_batch_size: int
     last_batch_tokens: int
+    cuda_graph_hits: int = 0  # steps replayed from a captured graph, since start
+    cuda_graph_misses: int = 0  # steps run eagerly (no graph for their bucket, or CPU)
 
 
 class Fatal(msgspec.Struct, tag="fatal", frozen=True):
@@ -142,8 +144,8 @@ class Fatal(msgspec.Struct, tag="fatal", frozen=True):
 FromWorker = Ready | Audio | VoiceEncoded | Failed | Stats | Fatal
 
 _encoder = msgspec.msgpack.Encoder()
-_to_worker = msgspec.msgpack.Decoder(ToWorker)  # type: ignore[arg-type]
-_from_worker = msgspec.msgpack.Decoder(FromWorker)  # type: ignore[arg-type]
+_to_worker = msgspec.msgpack.Decoder(ToWorker)
+_from_worker = msgspec.msgpack.Decoder(FromWorker)
 
 
 def encode(message: ToWorker | FromWorker) -> bytes:
@@ -151,8 +153,8 @@ def encode(message: ToWorker | FromWorker) -> bytes:
 
 
 def decode_to_worker(data: bytes) -> ToWorker:
-    return _to_worker.decode(data)  # type: ignore[no-any-return]
+    return _to_worker.decode(data)
 
 
 def decode_from_worker(data: bytes) -> FromWorker:
-    return _from_worker.decode(data)  # type: ignore[no-any-return]
+    return _from_worker.decode(data)

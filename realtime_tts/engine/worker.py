@@ -45,34 +45,43 @@ class Backend(Protocol):
 
     def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt: ...
 
+    def counters(self) -> tuple[int, int]:
+        """(CUDA graph hits, misses) so far."""
+
 
 class ModelBackend:
-    """Backend over realtime_tts.model: prepare → packed steps → batched codec decode.
-
-    Keeps the packed batch between steps while the scheduler's batch stays the same, so the host-side
-    packing (a loop over items) runs only when a segment joins or leaves. torch is imported here, inside
-    the worker process.
+    """Backend over realtime_tts.model, stepping through engine/runner.StepRunner (CUDA: fused Triton
+    backbone + CUDA graphs per bucket with eager fallback; CPU: the model's eager packed step) and decoding
+    finished segments together through the codec. torch is imported here, inside the worker process.
     """
 
     def __init__(self, options: ipc.WorkerOptions) -> None:
         import torch
 
         from realtime_tts import model as ov
+        from realtime_tts.engine.runner import StepRunner
 
         if options.num_threads > 0:
             torch.set_num_threads(options.num_threads)
         if options.device.startswith("cuda"):
             torch.cuda.set_device(torch.device(options.device))
-        self._torch = torch
         self._ov = ov
         self.model = ov.OmniVoiceModel.from_pretrained(options.model_dir, dtype=options.dtype,
                                                        device=options.device)
+        self.runner = StepRunner(self.model)
         self.device = options.device
         self.model_name = os.path.basename(options.model_dir.rstrip("/"))
         self.sample_rate = int(self.model.codec.sample_rate)
-        self._batch: Any = None  # model.PackedBatch of the last step
-        self._batch_states: list[Any] = []
         self._rng = random.Random()
+        if self.model.device.type == "cuda":
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Compile the Triton kernels and load cuBLAS/codec before Ready, so no request pays for it."""
+        state, _, num_steps = self.prepare(ipc.Submit("warm-up", "Warm up.", duration_s=1.0, num_step=2, seed=0))
+        for _ in range(num_steps):
+            self.step([state])
+        self.decode([state])
 
     def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
         ov = self._ov
@@ -93,22 +102,11 @@ class ModelBackend:
         state = ov.ItemState.start(item, self.model.device)
         return state, item.num_tokens, len(item.reveal)
 
-    def _flush(self) -> None:
-        if self._batch is not None:
-            self._ov.unpack(self._batch, self._batch_states)
-            self._batch, self._batch_states = None, []
-
     def step(self, states: list[Any]) -> None:
-        if self._batch is None or len(states) != len(self._batch_states) or any(
-                a is not b for a, b in zip(states, self._batch_states)):
-            self._flush()
-            self._batch = self._ov.pack(states, self.model.device)
-            self._batch_states = list(states)
-        self._ov.step_packed(self.model, self._batch)
+        self.runner.step(states)
 
     def decode(self, states: list[Any]) -> list[bytes]:
-        self._flush()
-        waves = self.model.decode([s.tokens for s in states])
+        waves = self.runner.decode(states)
         return [self._ov.match_loudness(w, s.item.ref_rms).astype("<f4").tobytes()
                 for w, s in zip(waves, states, strict=True)]
 
@@ -118,6 +116,10 @@ class ModelBackend:
         wave = np.frombuffer(audio, dtype="<f4").astype(np.float32)
         vp = self.model.encode_prompt(wave, sample_rate, ref_text).to_voice_prompt()
         return ipc.Prompt(vp.ref_text, vp.codes, vp.num_codebooks, vp.num_frames, vp.ref_rms)
+
+    def counters(self) -> tuple[int, int]:
+        """(CUDA graph hits, misses) so far."""
+        return self.runner.stats.graph_hits, self.runner.stats.graph_misses
 
 
 @dataclass(slots=True)
@@ -171,6 +173,7 @@ class WorkerLoop:
         self._last_stats_s = 0.0
         self._last_step_ms = 0.0
         self._last_plan: StepPlan | None = None
+        self._last_stats: ipc.Stats | None = None
 
     def run(self) -> None:
         while self.running:
@@ -182,7 +185,7 @@ class WorkerLoop:
                 self.segments.pop(request_id, None)
             if plan.batch:
                 self._run_step(plan)
-            self._maybe_send_stats(force=not plan.batch)
+            self._maybe_send_stats()
 
     def _take_messages(self, block: bool) -> None:
         try:
@@ -221,7 +224,7 @@ class WorkerLoop:
             return
         try:
             state, num_tokens, num_steps = self.backend.prepare(submit)
-        except Exception as exc:  # bad input or a model error: only this request fails
+        except Exception as exc:  # noqa: BLE001 — bad input or a model error: only this request fails
             self._fail(submit.request_id, exc)
             return
         self.segments[submit.request_id] = _Segment(state, time.monotonic())
@@ -231,7 +234,7 @@ class WorkerLoop:
     def _encode_voice(self, message: ipc.EncodeVoice) -> None:
         try:
             prompt = self.backend.encode_prompt(message.audio, message.sample_rate, message.ref_text)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — worker-loop edge: only this request fails
             self._fail(message.request_id, exc)
             return
         self.send(ipc.VoiceEncoded(message.request_id, prompt))
@@ -246,7 +249,7 @@ class WorkerLoop:
         t0 = time.perf_counter()
         try:
             self.backend.step([s.state for s in batch])
-        except Exception as exc:  # the worker-loop edge: fail this batch, keep serving
+        except Exception as exc:  # noqa: BLE001 — the worker-loop edge: fail this batch, keep serving
             for request_id in plan.batch:
                 self.scheduler.cancel(request_id)
                 self.segments.pop(request_id, None)
@@ -265,7 +268,7 @@ class WorkerLoop:
         segments = [self.segments.pop(r) for r in request_ids]
         try:
             audio = self.backend.decode([s.state for s in segments])
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — worker-loop edge: only these requests fail
             for request_id in request_ids:
                 self._fail(request_id, exc)
             return
@@ -275,19 +278,21 @@ class WorkerLoop:
                                 queue_ms=segment.queue_ms, gen_ms=(done - segment.gen_start_s) * 1000.0,
                                 batch_size=segment.sum_batch / max(1, segment.num_steps_run)))
 
-    def _maybe_send_stats(self, force: bool) -> None:
+    def _maybe_send_stats(self) -> None:
+        """At most one report per stats_interval_s, and none while idle and unchanged."""
         now = time.monotonic()
-        if not force and now - self._last_stats_s < self.options.stats_interval_s:
+        if now - self._last_stats_s < self.options.stats_interval_s:
             return
-        if force and now - self._last_stats_s < self.options.stats_interval_s / 2:
-            return
-        self._last_stats_s = now
         s = self.scheduler.stats()
         plan = self._last_plan
-        self.send(ipc.Stats(self.options.worker_id, s.num_waiting, s.num_running, s.num_steps_run,
-                            s.num_finished, s.num_cancelled, self._last_step_ms,
-                            len(plan.batch) if plan else 0, plan.num_tokens if plan else 0))
-
+        hits, misses = self.backend.counters()
+        stats = ipc.Stats(self.options.worker_id, s.num_waiting, s.num_running, s.num_steps_run, s.num_finished,
+                          s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
+                          plan.num_tokens if plan else 0, hits, misses)
+        if stats == self._last_stats:
+            return
+        self._last_stats_s, self._last_stats = now, stats
+        self.send(stats)
 
 def main(options: ipc.WorkerOptions, conn_in: Connection, conn_out: Connection) -> None:
     """Process entry point (multiprocessing spawn target)."""

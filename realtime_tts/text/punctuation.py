@@ -29,13 +29,17 @@ TERMINATORS = (
     "\u0e5a\u0e5b"
     "\u037e"
 )
+# Thai has no full stop: a space between two Thai characters ranks as a sentence end (see _resolve).
 # Clause marks that need a following space (or end / CJK): 3,000 12:30 https:// a;b never cut.
 SPACED_CLAUSE = ",;:"
 # Clause marks that need no space: CJK 、，：､, Arabic ، ؛, Myanmar ၊, Ethiopic ፣ ፤, Armenian ՝, em dash —.
 CLAUSE = "\u3001\uff0c\uff1a\uff64\u060c\u061b\u104a\u1363\u1364\u055d\u2014"
 # Closing quotes/brackets (and markdown emphasis) stay with the sentence they close. « and ‹ count only
 # when glued to the mark (German »Satz.«); French opens with « after a space.
-CLOSERS = "\"'\u201d\u2019\u00bb\u203a\u00ab\u2039)]}\u300d\u300f\u3011\u300b\u3009\uff09\uff3d\uff5d\u3015\u3017\u3019\u301b\uff02\uff07*"
+CLOSERS = (
+    "\"'\u201d\u2019\u00bb\u203a\u00ab\u2039)]}*"
+    "\u300d\u300f\u3011\u300b\u3009\uff09\uff3d\uff5d\u3015\u3017\u3019\u301b\uff02\uff07"
+)
 # Stripped from the front of a word before the abbreviation check.
 OPENERS = "\"'\u201c\u2018\u00ab\u2039([{\u00bf\u00a1\u300c\u300e*"
 
@@ -58,10 +62,11 @@ NUMERIC_ABBREVIATIONS = frozenset(
      "eqs", "ft"]
 )
 
-# A number + "." before one of these is an ordinal date ("am 3. Oktober"), not a sentence end.
+# A day number + "." before one of these is an ordinal date (German, Danish, Norwegian: "am 3. Oktober"),
+# not a sentence end.
 _MONTH_WORDS = """
-    januar jänner februar märz april mai juni juli august september oktober november dezember
-    january february march june july october december
+    januar jänner februar märz marts mars april mai juni juli august september oktober november
+    dezember december desember
 """
 MONTHS = frozenset(_MONTH_WORDS.split())
 
@@ -71,7 +76,7 @@ SENTENCE = 3
 LINE = 2  # single newline (list items, headings)
 CLAUSE_LEVEL = 1
 
-# Whitespace followed after a mark is inspected up to this many characters; a longer gap is itself a break.
+# Whitespace after a mark is inspected up to this many characters; a longer gap is itself a break.
 # Bounding the look-ahead keeps the streaming scan O(1) per character.
 MAX_GAP = 16
 # How far back the abbreviation check looks for the word before a ".".
@@ -243,7 +248,7 @@ def _resolve_latin(text: str, i: int, final: bool) -> tuple[int, int, int] | Non
         return i, 0, e  # the sentence goes on: 'he asked "why?" and left', 'approx. five'
     if not strong and _is_abbreviation(text, i, visible):
         return i, 0, e
-    if not strong and visible and j < n and text[i - 1 : i].isdigit():
+    if not strong and visible and j < n and _day_number(text, i):
         word_end = j
         while word_end < n and word_end - j < MAX_WORD and _WORD_CHAR.match(text, word_end):
             word_end += 1
@@ -252,6 +257,14 @@ def _resolve_latin(text: str, i: int, final: bool) -> tuple[int, int, int] | Non
         if text[j:word_end].lower() in MONTHS:
             return i, 0, e
     return e, SENTENCE, e
+
+
+def _day_number(text: str, dot: int) -> bool:
+    """Is the word before text[dot] a 1–2 digit number ("3." in "am 3. Oktober", not "2023.")?"""
+    k = dot
+    while k > 0 and dot - k <= 2 and text[k - 1].isdigit():
+        k -= 1
+    return 1 <= dot - k <= 2 and (k == 0 or not text[k - 1].isalnum())
 
 
 def _is_abbreviation(text: str, dot: int, visible: str) -> bool:

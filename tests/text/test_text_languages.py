@@ -223,6 +223,8 @@ def test_no_false_cuts(text: str) -> None:
     ("Es ist gut. »Nein«, sagte er.", ["Es ist gut.", "»Nein«, sagte er."]),
     ("C'est fini. » Puis il partit.", ["C'est fini. »", "Puis il partit."]),
     ("Hello.你好。", ["Hello.", "你好。"]),
+    ("We grew in 2023. March was cold.", ["We grew in 2023.", "March was cold."]),
+    ("Vi ses den 24. december. Hej.", ["Vi ses den 24. december.", "Hej."]),
     ("Title line\n\nBody text here.", ["Title line", "Body text here."]),
     ("OK. Fine.", ["OK. Fine."]),  # "OK." alone is under min_chars: it waits and joins
 ])

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -26,8 +26,15 @@ import numpy as np
 from realtime_tts import errors, omnivoice_text
 from realtime_tts.config import Config
 from realtime_tts.engine import ipc, worker
-from realtime_tts.engine.base import (AudioChunk, Capabilities, EngineHealth, EngineLoad, SegmentRequest,
-                                      VoicePrompt, WorkerHealth)
+from realtime_tts.engine.base import (
+    AudioChunk,
+    Capabilities,
+    EngineHealth,
+    EngineLoad,
+    SegmentRequest,
+    VoicePrompt,
+    WorkerHealth,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +95,7 @@ def count_gpus() -> int:
         return len(os.listdir("/proc/driver/nvidia/gpus"))
     if shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False).stdout
         except (OSError, subprocess.SubprocessError):
             return 0
         return sum(1 for line in out.splitlines() if line.startswith("GPU "))
@@ -175,6 +182,7 @@ class OmniVoiceEngine:
         self._stopping = False
         self._started = False
         self._context = multiprocessing.get_context("spawn")
+        self._stats_listeners: list[Callable[[ipc.Stats], None]] = []
         device = "cpu" if config.omnivoice.device == "cpu" else ("cuda" if count_gpus() else "cpu")
         self._capabilities = Capabilities(
             engine=ENGINE_NAME, model=os.path.basename(self._model_dir.rstrip("/")) or ENGINE_NAME,
@@ -208,7 +216,7 @@ class OmniVoiceEngine:
         assert w.ready is not None
         try:
             await asyncio.wait_for(asyncio.shield(w.ready), self.load_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise errors.EngineUnavailable(f"worker {w.worker_id} did not load within {self.load_timeout_s} s")
 
     async def stop(self) -> None:
@@ -302,6 +310,11 @@ class OmniVoiceEngine:
             return
         if isinstance(message, ipc.Stats):
             w.stats = message
+            for listener in self._stats_listeners:
+                try:
+                    listener(message)
+                except Exception:  # a metrics bug must not break the engine
+                    log.exception("stats listener failed")
         elif isinstance(message, ipc.Ready):
             w.status, w.detail, w.consecutive_failures = "ok", "", 0
             log.info("omnivoice worker %d ready on %s (pid %d)", w.worker_id, message.device, message.pid)
@@ -456,6 +469,12 @@ class OmniVoiceEngine:
         return EngineLoad(pool_size=len(self._workers), idle=sum(1 for w in ok if not w.in_flight),
                           queued_segments=sum(w.stats.num_waiting for w in self._workers if w.stats),
                           in_flight_segments=sum(len(w.in_flight) for w in self._workers))
+
+    def add_stats_listener(self, listener: Callable[[ipc.Stats], None]) -> None:
+        """Call listener(stats) on the event loop for every worker load report (for /metrics: queue depth,
+        every step's time in stats.step_ms, cumulative CUDA-graph hits/misses of that worker process —
+        they restart from 0 when a worker restarts)."""
+        self._stats_listeners.append(listener)
 
     def worker_stats(self) -> list[ipc.Stats]:
         """The latest load report of each worker (for /metrics)."""

@@ -132,6 +132,7 @@ class Stats(msgspec.Struct, tag="stats", frozen=True):
     last_batch_tokens: int
     cuda_graph_hits: int = 0  # steps replayed from a captured graph, since start
     cuda_graph_misses: int = 0  # steps run eagerly (no graph for their bucket, or CPU)
+    step_ms: list[float] = []  # every step's wall time since the previous report (at most 1024)
 
 
 class Fatal(msgspec.Struct, tag="fatal", frozen=True):

@@ -174,6 +174,7 @@ class WorkerLoop:
         self._last_step_ms = 0.0
         self._last_plan: StepPlan | None = None
         self._last_stats: ipc.Stats | None = None
+        self._recent_step_ms: list[float] = []
 
     def run(self) -> None:
         while self.running:
@@ -256,6 +257,8 @@ class WorkerLoop:
                 self._fail(request_id, exc)
             return
         self._last_step_ms = (time.perf_counter() - t0) * 1000.0
+        if len(self._recent_step_ms) < 1024:
+            self._recent_step_ms.append(self._last_step_ms)
         self._last_plan = plan
         for segment in batch:
             segment.sum_batch += len(batch)
@@ -288,10 +291,11 @@ class WorkerLoop:
         hits, misses = self.backend.counters()
         stats = ipc.Stats(self.options.worker_id, s.num_waiting, s.num_running, s.num_steps_run, s.num_finished,
                           s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
-                          plan.num_tokens if plan else 0, hits, misses)
+                          plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms)
         if stats == self._last_stats:
             return
         self._last_stats_s, self._last_stats = now, stats
+        self._recent_step_ms = []
         self.send(stats)
 
 def main(options: ipc.WorkerOptions, conn_in: Connection, conn_out: Connection) -> None:

@@ -190,3 +190,21 @@ def test_worker_death_fails_only_in_flight_then_restarts(engine: OmniVoiceEngine
     audio, _ = loop_thread.run(collect(engine, SegmentRequest("reborn", "Back again.", duration_s=0.4,
                                                               num_step=4)))
     assert audio.size == 10 * FRAME_SAMPLES
+
+
+def test_stats_reports_reach_listeners(engine: OmniVoiceEngine, loop_thread: Any) -> None:
+    reports = []
+    loop_thread.run(_add_listener(engine, reports.append))
+    loop_thread.run(collect(engine, SegmentRequest("stats-1", "Count my steps.", duration_s=0.4, num_step=6)))
+    deadline = time.monotonic() + 10
+    while sum(len(r.step_ms) for r in reports) < 6 or reports[-1].num_running + reports[-1].num_waiting:
+        assert time.monotonic() < deadline, reports
+        time.sleep(0.05)
+    assert all(ms > 0 for r in reports for ms in r.step_ms)
+    last = reports[-1]
+    assert last.cuda_graph_hits == 0 and last.cuda_graph_misses >= 6  # CPU: every step eager
+    assert last.num_finished >= 1 and engine.load().queued_segments == 0
+
+
+async def _add_listener(engine: OmniVoiceEngine, fn: Any) -> None:
+    engine.add_stats_listener(fn)

@@ -28,7 +28,7 @@ def test_every_message_round_trips() -> None:
         ipc.Audio("r1", samples.tobytes(), "f32le", 24000, last=True, queue_ms=1.5, gen_ms=20.0, batch_size=2.5),
         ipc.VoiceEncoded("v1", prompt),
         ipc.Failed("r1", "bad_request", "instruct: nope", field="instruct"),
-        ipc.Stats(0, 1, 2, 3, 4, 5, 6.0, 7, 8, 9, 10),
+        ipc.Stats(0, 1, 2, 3, 4, 5, 6.0, 7, 8, 9, 10, [1.5, 2.5]),
         ipc.Fatal(0, "no model"),
     ]
     for message in from_worker:

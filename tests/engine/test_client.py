@@ -208,3 +208,18 @@ def test_stats_reports_reach_listeners(engine: OmniVoiceEngine, loop_thread: Any
 
 async def _add_listener(engine: OmniVoiceEngine, fn: Any) -> None:
     engine.add_stats_listener(fn)
+
+
+def test_a_model_that_cannot_load_is_a_clear_start_error(tmp_path: Path) -> None:
+    async def start(model_dir: Path) -> OmniVoiceEngine:
+        eng = OmniVoiceEngine(load_config({"model": str(model_dir), "device": "cpu"}, env={}))
+        await eng.start()
+        return eng
+
+    with pytest.raises(errors.EngineUnavailable, match="does not exist"):
+        asyncio.run(start(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    t0 = time.monotonic()
+    with pytest.raises(errors.EngineUnavailable, match="cannot load model"):
+        asyncio.run(start(tmp_path / "empty"))
+    assert time.monotonic() - t0 < 120

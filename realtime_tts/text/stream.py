@@ -24,7 +24,7 @@ from collections import deque
 from itertools import accumulate
 
 from realtime_tts.errors import BadRequest
-from realtime_tts.text.punctuation import CLAUSE_LEVEL, MAX_WORD, SENTENCE, Mark, scan_marks
+from realtime_tts.text.punctuation import CLAUSE_LEVEL, MARK_RE, MAX_WORD, SENTENCE, Mark, scan_marks
 from realtime_tts.text.script import is_continuation, weights
 from realtime_tts.text.unit import Unit, normalize_space
 
@@ -119,7 +119,10 @@ class SentenceBuffer:
         origin = self._origin
         scan = max(self._scan, self._start) - origin
         found: list[Mark] = []
-        frontier = scan_marks(self._buf, scan, final, found)
+        if final or MARK_RE.search(self._buf, scan):
+            frontier = scan_marks(self._buf, scan, final, found)
+        else:
+            frontier = len(self._buf)  # fast path: no punctuation, space-after-Thai or newline arrived
         for cut, level in found:
             cut += origin
             if cut <= self._start:
@@ -132,7 +135,7 @@ class SentenceBuffer:
         self._scan = self._frontier = frontier + origin
         units: list[Unit] = []
         while self._start < self._total:
-            next_cut = self._next_cut(final)
+            next_cut = self._next_cut()
             if next_cut is None:
                 break
             self._emit(next_cut, units)
@@ -141,7 +144,7 @@ class SentenceBuffer:
         self._trim()
         return units
 
-    def _next_cut(self, final: bool) -> int | None:
+    def _next_cut(self) -> int | None:
         """Where the current unit ends, if that is decided yet."""
         start = self._start
         reach = self._weight(start, self._frontier)

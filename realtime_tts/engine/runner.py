@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,8 @@ from realtime_tts.model.network import OmniVoiceModel
 log = logging.getLogger("realtime_tts.runner")
 
 # Default ladders. Tokens: a 6 s design item is ~330 tokens (cond ~180 + uncond 150), clone ~490.
-TOKEN_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768, 49152, 65536)
+# Above 4096 tokens the ladder steps by 2048 (≤ ~10% padding in the GEMMs where batches are large).
+TOKEN_BUCKETS = (256, 512, 1024, 2048, 3072, 4096) + tuple(range(6144, 65536 + 1, 2048))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 FRAME_QUANTUM = 32  # Tmax is padded to a multiple of this many frames (1.28 s)
 
@@ -89,6 +91,28 @@ class FusedBackbone:
         return x
 
 
+def unmask(pred: torch.Tensor, conf: torch.Tensor, batch: PackedBatch, mask_id: int,
+           pos_noise: torch.Tensor | None) -> torch.Tensor:
+    """The light half of decoding.score, from argmax tokens and confidences [B, 8, Tmax]: layer penalty,
+    position noise, per-item top-k over still-masked positions → new target grids [B, 8, Tmax]. Kept op for op
+    identical to decoding.score (a test compares them) until the model exposes this half on its own."""
+    num_b, num_cb, t_max = pred.shape
+    k = batch.reveal.gather(1, batch.step.clamp(max=batch.reveal.shape[1] - 1)[:, None])[:, 0]  # [B]
+    layer = torch.arange(num_cb, device=conf.device)[None, :, None]
+    scores = conf - layer * batch.layer_penalty[:, None, None]
+    if pos_noise is not None:
+        temp = batch.position_temperature[:, None, None]
+        noisy = scores / temp.clamp(min=1e-30) + decoding._gumbel(pos_noise)
+        scores = torch.where(temp > 0, noisy, scores)
+    blocked = (batch.tokens != mask_id) | ~batch.valid[:, None, :]
+    scores = scores.masked_fill(blocked, -math.inf).flatten(1)  # [B, 8·Tmax]
+    order = scores.argsort(dim=1, descending=True, stable=True)
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device)
+                                            .expand_as(order))
+    chosen = (rank < k[:, None]).view(num_b, num_cb, t_max)
+    return torch.where(chosen, pred, batch.tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class BucketKey:
     num_tokens: int
@@ -130,7 +154,7 @@ class StepRunner:
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
-                 max_graphs: int = 48, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
+                 fused_scoring: bool | None = None, max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
                  batch_buckets: tuple[int, ...] = BATCH_BUCKETS) -> None:
         cuda = model.device.type == "cuda"
@@ -140,6 +164,7 @@ class StepRunner:
         if self.use_graphs and not cuda:
             raise ValueError("CUDA graphs need a CUDA model")
         self.fused = FusedBackbone(model) if self.use_fused else None
+        self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         self.max_graphs = max_graphs
         self.min_free_bytes = min_free_bytes
         self.capture_on_miss = capture_on_miss
@@ -165,10 +190,22 @@ class StepRunner:
             hidden = self.fused(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen)
         else:
             hidden = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention)
-        c_logits = model.head(hidden[batch.cond_index]).permute(0, 2, 1, 3)  # [B, 8, Tmax, V]
-        u_logits = model.head(hidden[batch.uncond_index]).permute(0, 2, 1, 3)
         cls_noise, pos_noise = decoding._item_noise(batch, model.audio_vocab)
-        tokens = decoding.score(c_logits, u_logits, batch, model.mask_id, cls_noise, pos_noise)
+        if self.fused_scoring and cls_noise is None:
+            from realtime_tts.engine.kernels import cfg_argmax
+
+            num_b, t_max = batch.cond_index.shape
+            vocab, num_cb = model.audio_vocab, model.num_codebooks
+            # Head logits stay in the activation dtype ([B, Tmax, 8·V]); the kernel upcasts per row.
+            c = model.audio_heads(hidden[batch.cond_index]).view(num_b, t_max * num_cb, vocab)
+            u = model.audio_heads(hidden[batch.uncond_index]).view(num_b, t_max * num_cb, vocab)
+            pred, conf = cfg_argmax(c, u, batch.guidance, model.mask_id)
+            tokens = unmask(pred.view(num_b, t_max, num_cb).transpose(1, 2),
+                            conf.view(num_b, t_max, num_cb).transpose(1, 2), batch, model.mask_id, pos_noise)
+        else:
+            c_logits = model.head(hidden[batch.cond_index]).permute(0, 2, 1, 3)  # [B, 8, Tmax, V]
+            u_logits = model.head(hidden[batch.uncond_index]).permute(0, 2, 1, 3)
+            tokens = decoding.score(c_logits, u_logits, batch, model.mask_id, cls_noise, pos_noise)
         new_step = batch.step + (batch.step < batch.reveal.shape[1] - 1).long()
         return tokens, new_step
 

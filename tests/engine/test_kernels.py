@@ -96,6 +96,21 @@ def test_qk_norm_rope_in_place_on_qkv_views(dtype: torch.dtype) -> None:
     assert torch.equal(v, v_before), "v is not touched"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cfg_argmax_matches_reference(dtype: torch.dtype) -> None:
+    g = gen(8)
+    vocab, mask_id = 1025, 1024
+    c = (3 * torch.randn(3, 10, vocab, generator=g)).to(DEVICE, dtype)
+    u = (3 * torch.randn(3, 10, vocab, generator=g)).to(DEVICE, dtype)
+    c[0, 0, mask_id] = 100.0  # MASK would win; it must be excluded
+    guidance = torch.tensor([2.0, 0.0, 0.5], device=DEVICE)  # 0 = no guidance: plain cond log-softmax
+    pred, conf = kernels.cfg_argmax(c, u, guidance, mask_id)
+    ref_pred, ref_conf = kernels.cfg_argmax_ref(c.double(), u.double(), guidance.double(), mask_id)
+    assert torch.equal(pred, ref_pred)
+    assert pred[0, 0] != mask_id
+    assert torch.allclose(conf.double(), ref_conf, atol=1e-4, rtol=1e-5)
+
+
 def _cu(lens: list[int]) -> torch.Tensor:
     return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)
 

@@ -131,6 +131,12 @@ def main() -> None:
     chunks = split_text(unpunctuated)
     out(f"| zh without punctuation (jieba loaded) | {len(unpunctuated)} | {len(chunks)} | "
         f"{(time.perf_counter() - t0) * 1000:.0f} |")
+    for name, text in (("one 50k-char sentence of short words, no punctuation", "a b " * 12_500),
+                       ("50k Han characters, no punctuation (jieba)", "中文" * 25_000),
+                       ("50k characters, no space, no punctuation", "x" * 50_000)):
+        t0 = time.perf_counter()
+        chunks = split_text(text)
+        out(f"| {name} | {len(text)} | {len(chunks)} | {(time.perf_counter() - t0) * 1000:.0f} |")
     out()
     out("## Example splits per language")
     out()

@@ -2,17 +2,19 @@
 
 Pure Python; imports only realtime_tts.errors and realtime_tts.text.*. Never imports the engine.
 
-Rules (all lengths in budget units, see realtime_tts.text.script):
+Rules (all lengths in budget units, see realtime_tts.text.script; whitespace rule: see unit.py):
 - Cuts come from the punctuation table (realtime_tts.text.punctuation): sentence ends, blank lines, single
-  newlines, clause marks. A piece shorter than min_chars is never cut off; it waits for more text.
+  newlines, clause marks. A unit shorter than min_chars is only ever emitted by flush() / end().
 - The first unit of a turn ends at the first sentence end at >= min_chars or the first clause mark / newline
   at >= first_segment_min_chars (time to first audio). Later units pack whole sentences up to target_chars
   (a single longer sentence goes alone while it fits max_chars).
-- No sentence end within the limit (max_chars; for the first unit min(max_chars, max(first_segment_min_chars,
-  min(target_chars, 4 * first_segment_min_chars)))) → cascade: the strongest clause mark / newline, else the
-  last space (at >= target_chars // 2, else >= min_chars), else a hard cut at the limit on a grapheme boundary.
+- No sentence end within the limit (later units: max_chars; the first unit: first_max_chars =
+  min(max_chars, max(first_segment_min_chars, min(target_chars, 4 * first_segment_min_chars))), 96 by
+  default) → cascade: the strongest clause mark / newline, else the last space (at >= first_segment_min_chars
+  for the first unit, >= target_chars // 2 for later ones, else >= min_chars), else a hard cut at the limit
+  on a grapheme boundary (URLs, unpunctuated CJK runs).
 - Output depends only on the text, never on how it was chunked: every cut is taken only once the characters
-  that decide it have arrived (look-ahead is bounded by punctuation.MAX_GAP).
+  that decide it have arrived (look-ahead is bounded: punctuation.MAX_GAP spaces, MAX_WORD letters).
 - Cost: each character is scanned once (a scan position is kept); the kept buffer is bounded by max_chars
   plus a little look-back, so feed() is amortised O(1) per character.
 """

@@ -101,3 +101,21 @@ def test_bad_limits_raise_bad_request_naming_the_field() -> None:
     with pytest.raises(BadRequest) as err:
         SentenceBuffer().feed(b"bytes")  # type: ignore[arg-type]
     assert err.value.field == "text"
+
+
+def test_text_package_is_pure_python_and_loads_jieba_lazily() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from realtime_tts.text import SentenceBuffer, split_text\n"
+        "b = SentenceBuffer(); b.feed('Hello there. 你好。'); b.end()\n"
+        "split_text('Hello there. 你好，世界。' * 40)\n"
+        "heavy = [m for m in ('torch', 'numpy', 'jieba') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "split_text('没有标点的很长的中文句子' * 40, target_chars=40, max_chars=80)\n"
+        "assert 'jieba' in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

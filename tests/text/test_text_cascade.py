@@ -118,6 +118,14 @@ def test_split_text_is_balanced_not_long_plus_tiny() -> None:
     assert len(split_text(text)) == 1
 
 
+def test_split_text_prefers_paragraph_ends() -> None:
+    one = "This sentence is exactly as long as the others."
+    text = f"{one}\n\n{one}  {one}"  # [1][2  3] or [1 2][3]: equal sizes, the blank line wins
+    units = split_text(text, target_chars=75, max_chars=150)
+    check(text, units, max_chars=150)
+    assert [u.text for u in units] == [one, f"{one} {one}"]
+
+
 def test_split_text_first_chunk_short_for_streaming() -> None:
     text = SAMPLES["en"].replace("Sure! ", "") + " " + MORE["en"]
     units = split_text(text, first_chars=24)

@@ -79,6 +79,27 @@ def text_length(text: str) -> int:
     return count
 
 
+_CLASS = regex.compile(r"(\p{Han})|(\p{Hiragana})|([\p{Katakana}\u30fc])|(\p{Hangul})|([\p{L}\p{N}])")
+
+
+def _script_class(ch: str) -> int:
+    """1 Han, 2 hiragana, 3 katakana, 4 Hangul, 5 any other letter or digit, 0 anything else."""
+    m = _CLASS.match(ch)
+    return (m.lastindex or 0) if m else 0
+
+
+def is_script_break(text: str, i: int) -> bool:
+    """A cut before text[i] falls between two scripts of a CJK run ("用|Python", "を|飲む"): the best cut
+    left in text with no space or punctuation. Not before hiragana after kanji/katakana (okurigana,
+    particles: "食|べる", "コーヒー|を")."""
+    if i <= 0 or i >= len(text):
+        return False
+    before, after = _script_class(text[i - 1]), _script_class(text[i])
+    if not before or not after or before == after:
+        return False  # (two non-CJK letters are one class, so one side is always CJK here)
+    return not (before in (1, 3) and after == 2)
+
+
 def is_continuation(text: str, i: int) -> bool:
     """True if a cut before text[i] would split a grapheme (combining mark, ZWJ sequence, variation
     selector, emoji modifier or tag, CR LF)."""

@@ -11,8 +11,8 @@ Rules (all lengths in budget units, see realtime_tts.text.script; whitespace rul
 - No sentence end within the limit (later units: max_chars; the first unit: first_max_chars =
   min(max_chars, max(first_segment_min_chars, min(target_chars, 4 * first_segment_min_chars))), 96 by
   default) → cascade: the strongest clause mark / newline, else the last space (at >= first_segment_min_chars
-  for the first unit, >= target_chars // 2 for later ones, else >= min_chars), else a hard cut at the limit
-  on a grapheme boundary (URLs, unpunctuated CJK runs).
+  for the first unit, >= target_chars // 2 for later ones, else >= min_chars), else the last change of script
+  in a CJK run, else a hard cut at the limit on a grapheme boundary (URLs, unpunctuated CJK runs).
 - Output depends only on the text, never on how it was chunked: every cut is taken only once the characters
   that decide it have arrived (look-ahead is bounded: punctuation.MAX_GAP spaces, MAX_WORD letters).
 - Cost: each character is scanned once (a scan position is kept); the kept buffer is bounded by max_chars
@@ -27,7 +27,7 @@ from itertools import accumulate
 
 from realtime_tts.errors import BadRequest
 from realtime_tts.text.punctuation import CLAUSE_LEVEL, MARK_RE, MAX_WORD, SENTENCE, Mark, scan_marks
-from realtime_tts.text.script import is_continuation, weights
+from realtime_tts.text.script import is_continuation, is_script_break, weights
 from realtime_tts.text.unit import Unit, normalize_space
 
 # Characters kept before the current unit so the scanner's look-back (abbreviations, Thai spaces) sees the
@@ -210,6 +210,11 @@ class SentenceBuffer:
             q -= 1
         if fallback is not None:
             return fallback
+        q = hi  # no space: a change of script inside a CJK run ("用|Python", "を|飲む") beats a hard cut
+        while q > s and cum[q] - cum[s] >= self.min_chars:
+            if is_script_break(buf, q):
+                return q + origin
+            q -= 1
         p = max(hi, s + 1)
         while p > s + 1 and is_continuation(buf, p):
             p -= 1

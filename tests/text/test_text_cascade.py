@@ -50,6 +50,19 @@ def test_long_cjk_run_without_punctuation_is_hard_cut() -> None:
     assert sizes[0] <= 96 and all(s > 300 for s in sizes[1:-1])
 
 
+def test_unpunctuated_cjk_run_cuts_at_a_change_of_script() -> None:
+    text = "我们用Python写demo然后deploy到server上" * 20
+    units = stream(text, step=3)
+    check(text, units)
+    for unit in units[:-1]:
+        a, b = text[unit.end - 1], text[unit.end]
+        assert a.isascii() != b.isascii(), (a, b)
+    text = "今日はコーヒーを飲みながら本を読んでいます" * 30
+    units = stream(text, step=2)
+    check(text, units)
+    assert all(u.text.endswith("す") for u in units[:-1])
+
+
 def test_over_long_sentence_cuts_at_clause_marks() -> None:
     clause = "and then we walked along the river for a while"
     text = ", ".join([clause] * 20) + "."

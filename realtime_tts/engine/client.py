@@ -102,6 +102,13 @@ def count_gpus() -> int:
     return 0
 
 
+def cpu_worker_threads() -> int:
+    """torch threads of a CPU worker: half the cores. The web process (and the CPU voice) need the rest,
+    and OpenMP threads that oversubscribe cores spin: on 2 busy cores, 2 threads ran the tiny model's
+    step ~7x slower than 1 (measured)."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
 def worker_devices(config: Config) -> list[str]:
     """One device per worker: every visible GPU (or config.omnivoice.gpus of them), else one CPU worker."""
     cfg = config.omnivoice
@@ -248,7 +255,8 @@ class OmniVoiceEngine:
         loop = self._loop
         options = ipc.WorkerOptions(worker_id=w.worker_id, model_dir=self._model_dir, device=w.device,
                                     dtype=self._config.omnivoice.dtype if w.device != "cpu" else "fp32",
-                                    max_batch_tokens=self._config.omnivoice.max_batch_tokens)
+                                    max_batch_tokens=self._config.omnivoice.max_batch_tokens,
+                                    num_threads=cpu_worker_threads() if w.device == "cpu" else 0)
         to_child_r, to_child_w = self._context.Pipe(duplex=False)
         from_child_r, from_child_w = self._context.Pipe(duplex=False)
         process = self._context.Process(target=worker.main, args=(options, to_child_r, from_child_w),

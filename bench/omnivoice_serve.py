@@ -1,0 +1,301 @@
+"""Serving benchmark of the OmniVoice engine through the real server (issue 5 item 4, serving tables):
+
+- agents: N simulated voice agents, each streaming a 3-sentence reply word by word at LLM pace into
+  WS /v1/stream/text and "playing" the audio in real time → p50/p95 first audio (from the first text sent)
+  and underruns (the player ran dry mid-reply) per N. N=1 is the idle-server first-audio figure.
+- load: K short /v1/audio/speech requests offered at R req/s → served, p50/p95/p99 latency.
+
+Starts `realtime-tts serve --model CKPT` itself (or uses --url), prints tables, writes
+OUT/<name>.md (command, machine, versions, date).
+
+    .venv/bin/python bench/omnivoice_serve.py --build tiny --agents 1,4 --load 40 --rate 10   # CPU smoke
+    python bench/omnivoice_serve.py --ckpt /tmp/omnivoice-full --agents 1,25,50,100 --load 1000 --rate 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import websockets
+
+REPO = Path(__file__).resolve().parents[1]
+SR = 24_000
+# Three-sentence agent replies (data). The first clause has six words: the first-audio figure.
+REPLIES = (
+    ("Sure, I can help with that. Your order shipped this morning and should arrive on Thursday. "
+    "Is there anything else you would like to know?"),
+    ("Good question, let me check. The museum opens at nine and closes at six on weekdays. "
+    "Tickets are cheaper if you book them online."),
+    ("Thanks for waiting, I found it. The meeting moved to the larger room on the third floor. "
+    "I have already sent the new invitation to everyone."),
+)
+SHORT_INPUTS = ("Hello there, how are you today?", "Your table is ready now.", "Please hold on a moment.",
+                "The train leaves at five.", "Thank you for calling us.")
+
+
+@dataclass
+class AgentResult:
+    first_audio_ms: float | None = None  # from the first word sent
+    after_clause_ms: float | None = None  # from the word that completes the first sentence
+    underruns: int = 0
+    stall_ms: float = 0.0
+    audio_s: float = 0.0
+    error: str | None = None
+    arrivals: list[tuple[float, int]] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(ckpt: str, port: int, extra: list[str]) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port), "--log-level", "warning",
+           "--model", ckpt, *extra]
+    proc = subprocess.Popen(cmd, cwd=REPO)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("server did not become healthy")
+
+
+def playback(arrivals: list[tuple[float, int]], jitter_s: float = 0.01) -> tuple[int, float]:
+    """Real-time player fed by (arrival time, samples): → (underruns, total stall seconds). Playback starts
+    at the first arrival; whenever a chunk arrives after the buffer ran dry, that is one underrun."""
+    if not arrivals:
+        return 0, 0.0
+    start = arrivals[0][0]
+    received = 0
+    stall = 0.0
+    underruns = 0
+    for t, n in arrivals:
+        empty_at = start + stall + received / SR
+        if received and t > empty_at + jitter_s:
+            underruns += 1
+            stall += t - empty_at
+        received += n
+    return underruns, stall
+
+
+async def agent(url: str, index: int, words_per_s: float, params: dict[str, Any]) -> AgentResult:
+    out = AgentResult()
+    words = REPLIES[index % len(REPLIES)].split(" ")
+    t_first_text = 0.0
+    t_clause = 0.0
+    try:
+        async with websockets.connect(url + "/v1/stream/text", max_size=None, open_timeout=30) as ws:
+            await ws.send(json.dumps({**params, "seed": index}))
+
+            async def feed() -> None:
+                nonlocal t_first_text, t_clause
+                for i, word in enumerate(words):
+                    await ws.send(json.dumps({"text": word + (" " if i < len(words) - 1 else "")}))
+                    if i == 0:
+                        t_first_text = time.perf_counter()
+                    if not t_clause and word[-1] in ".!?":
+                        t_clause = time.perf_counter()
+                    await asyncio.sleep(1.0 / words_per_s)
+                await ws.send(json.dumps({"end": True}))
+
+            feeder = asyncio.create_task(feed())
+            async for msg in ws:
+                if isinstance(msg, bytes):
+                    out.arrivals.append((time.perf_counter(), len(msg) // 2))
+                else:
+                    frame = json.loads(msg)
+                    if frame.get("done") or frame.get("type") == "error" or "error" in frame:
+                        if not frame.get("done"):
+                            out.error = json.dumps(frame)[:200]
+                        break
+            await feeder
+    except Exception as e:  # noqa: BLE001 — a failed agent is a result, not a crash of the bench
+        out.error = f"{type(e).__name__}: {e}"
+    if out.arrivals:
+        out.first_audio_ms = (out.arrivals[0][0] - t_first_text) * 1000.0
+        out.after_clause_ms = (out.arrivals[0][0] - t_clause) * 1000.0
+        out.underruns, stall = playback(out.arrivals)
+        out.stall_ms = stall * 1000.0
+        out.audio_s = sum(n for _, n in out.arrivals) / SR
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+async def run_agents(url: str, n: int, words_per_s: float, params: dict[str, Any]) -> dict[str, Any]:
+    # Agents start spread over one second, as turns do in practice.
+    async def delayed(i: int) -> AgentResult:
+        await asyncio.sleep(i / max(1, n))
+        return await agent(url, i, words_per_s, params)
+
+    results = await asyncio.gather(*(delayed(i) for i in range(n)))
+    fa = [r.first_audio_ms for r in results if r.first_audio_ms is not None]
+    fc = [r.after_clause_ms for r in results if r.after_clause_ms is not None]
+    return {"agents": n, "ok": sum(r.error is None for r in results), "p50_first_audio_ms": pct(fa, 50),
+            "p95_first_audio_ms": pct(fa, 95), "p50_after_clause_ms": pct(fc, 50), "p95_after_clause_ms": pct(fc, 95), "underruns": sum(r.underruns for r in results),
+            "agents_with_underrun": sum(r.underruns > 0 for r in results),
+            "stall_ms_total": sum(r.stall_ms for r in results), "audio_s": sum(r.audio_s for r in results),
+            "errors": [r.error for r in results if r.error][:3]}
+
+
+async def run_load(url: str, num: int, rate: float, params: dict[str, Any]) -> dict[str, Any]:
+    latencies: list[float] = []
+    failures: list[str] = []
+    limits = httpx.Limits(max_connections=num, max_keepalive_connections=num)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        async def one(i: int) -> None:
+            await asyncio.sleep(i / rate)
+            body = {"input": SHORT_INPUTS[i % len(SHORT_INPUTS)], "voice": "auto", "response_format": "pcm",
+                    "stream": False, "seed": i, **params}
+            t0 = time.perf_counter()
+            try:
+                r = await client.post("/v1/audio/speech", json=body)
+                if r.status_code == 200 and r.content:
+                    latencies.append(time.perf_counter() - t0)
+                else:
+                    failures.append(f"{r.status_code} {r.text[:120]}")
+            except httpx.HTTPError as e:
+                failures.append(f"{type(e).__name__}: {e}")
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(num)))
+        wall = time.perf_counter() - t0
+    return {"requests": num, "rate_per_s": rate, "served": len(latencies), "failed": len(failures),
+            "p50_s": pct(latencies, 50), "p95_s": pct(latencies, 95), "p99_s": pct(latencies, 99),
+            "wall_s": wall, "errors": failures[:3]}
+
+
+def versions() -> str:
+    out = []
+    for pkg in ("torch", "transformers", "triton", "realtime-tts"):
+        try:
+            out.append(f"{pkg} {metadata.version(pkg)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return ", ".join(out)
+
+
+def device_name() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=10, check=False).stdout.strip().replace("\n", " + ") or "no GPU"
+    except OSError:
+        return "no GPU"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", help="OmniVoice checkpoint directory")
+    p.add_argument("--build", choices=("tiny", "full"), help="build a random checkpoint of this size first")
+    p.add_argument("--url", help="use a running server instead of starting one")
+    p.add_argument("--server-args", default="", help="extra `serve` flags, e.g. '--device cpu'")
+    p.add_argument("--agents", default="1,4", help="comma-separated agent counts")
+    p.add_argument("--words-per-s", type=float, default=30.0, help="LLM pace (words per second; ~45 tokens/s)")
+    p.add_argument("--load", type=int, default=40, help="requests in the load test (0 = skip)")
+    p.add_argument("--rate", type=float, default=10.0, help="offered requests per second")
+    p.add_argument("--num-step", type=int, default=32)
+    p.add_argument("--name", default="omnivoice_serve", help="results file stem")
+    p.add_argument("--out-dir", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
+    args = p.parse_args()
+
+    proc = None
+    ckpt = args.ckpt
+    if args.url is None:
+        if args.build:
+            from realtime_tts.model.checkpoint import build_random_checkpoint
+
+            ckpt = ckpt or tempfile.mkdtemp(prefix=f"omnivoice-{args.build}-")
+            t0 = time.perf_counter()
+            build_random_checkpoint(ckpt, size=args.build, seed=0)
+            print(f"built {args.build} checkpoint in {time.perf_counter() - t0:.1f} s: {ckpt}", flush=True)
+        if not ckpt:
+            raise SystemExit("--ckpt DIR or --build tiny|full (or --url) is required")
+        port = free_port()
+        t0 = time.perf_counter()
+        proc = start_server(ckpt, port, args.server_args.split())
+        print(f"server healthy in {time.perf_counter() - t0:.1f} s", flush=True)
+        url = f"http://127.0.0.1:{port}"
+    else:
+        url = args.url.rstrip("/")
+    ws_url = url.replace("http", "ws", 1)
+    params = {"num_step": args.num_step}
+    agent_rows: list[dict[str, Any]] = []
+    load_row: dict[str, Any] | None = None
+    try:
+        asyncio.run(run_agents(ws_url, 1, args.words_per_s, params))  # warm-up: first-use costs
+        for n in [int(x) for x in args.agents.split(",") if x]:
+            row = asyncio.run(run_agents(ws_url, n, args.words_per_s, params))
+            agent_rows.append(row)
+            print("agents", json.dumps(row), flush=True)
+        if args.load:
+            load_row = asyncio.run(run_load(url, args.load, args.rate, params))
+            print("load", json.dumps(load_row), flush=True)
+        health = httpx.get(url + "/health", timeout=10).json()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(60)
+
+    lines = [
+        "# OmniVoice serving benchmark", "",
+        f"- command: `{' '.join([os.path.basename(sys.executable), *sys.argv])}`",
+        f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
+        f"- machine: {platform.node()}, {os.cpu_count()} CPU cores, {device_name()}, Python {platform.python_version()}",
+        f"- versions: {versions()}",
+        f"- checkpoint: {ckpt or args.url} (random weights); num_step {args.num_step}; LLM pace {args.words_per_s} words/s",
+        f"- workers at the end: {json.dumps(health.get('engines', {}).get('omnivoice', {}).get('workers'))}",
+        "", "## Agents streaming 3-sentence replies into WS /v1/stream/text, playing in real time", "",
+        "First audio is timed from the first word sent (includes the LLM's time to write the first sentence) and",
+        "from the word that completes the first sentence (the server's share).", "",
+        ("| agents | ok | first audio p50 / p95 ms | after 1st sentence p50 / p95 ms | underruns | agents with underrun "
+        "| stall ms total |"),
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in agent_rows:
+        lines.append(f"| {r['agents']} | {r['ok']} | {r['p50_first_audio_ms']:.0f} / {r['p95_first_audio_ms']:.0f} "
+                     f"| {r['p50_after_clause_ms']:.0f} / {r['p95_after_clause_ms']:.0f} "
+                     f"| {r['underruns']} | {r['agents_with_underrun']} | {r['stall_ms_total']:.0f} |")
+    if load_row:
+        lines += ["", (f"## Load: {load_row['requests']} short /v1/audio/speech requests offered at "
+                      f"{load_row['rate_per_s']} req/s"), "",
+                  "| served | failed | p50 s | p95 s | p99 s | wall s |", "|---|---|---|---|---|---|",
+                  (f"| {load_row['served']} | {load_row['failed']} | {load_row['p50_s']:.3f} | {load_row['p95_s']:.3f} "
+                  f"| {load_row['p99_s']:.3f} | {load_row['wall_s']:.1f} |")]
+    errors = [e for r in agent_rows for e in r["errors"]] + (load_row["errors"] if load_row else [])
+    if errors:
+        lines += ["", "Errors (first few): " + "; ".join(errors[:5])]
+    report = "\n".join(lines) + "\n"
+    print(report)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{args.name}.md").write_text(report)
+
+
+if __name__ == "__main__":
+    main()

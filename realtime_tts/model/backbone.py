@@ -20,11 +20,16 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32, multiply the gain in the activation dtype (Qwen3's numerics).
-        dtype = x.dtype
+        # Normalise in fp32, multiply the gain in the weights' dtype (Qwen3's numerics; the input may be
+        # the fp32 residual stream, the output feeds the compute-dtype matmuls).
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return self.weight * x32.to(self.weight.dtype)
+
+    def forward_fp32(self, x: torch.Tensor) -> torch.Tensor:
+        """Same, but the result stays fp32 (the final norm feeding an fp32 audio head)."""
+        x32 = x.float()
+        return self.weight.float() * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 class Attention(nn.Module):
@@ -52,9 +57,11 @@ class Attention(nn.Module):
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # Rotated in fp32 (cos/sin are fp32 tables) and rounded once to the compute dtype.
+    x32 = x.float()
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    rotated = torch.cat((-x32[..., half:], x32[..., :half]), dim=-1)
+    return (x32 * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
 
 
 class MLP(nn.Module):
@@ -114,10 +121,13 @@ class Backbone(nn.Module):
 
     def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
                 max_seqlen: int, attn: AttentionFn = sdpa_per_row) -> torch.Tensor:
-        """embeds [N, H], positions [N] long (restart per row), cu_seqlens [R+1] int32 → hidden [N, H]."""
-        cos_table, sin_table = self.rope_tables(max_seqlen, embeds.dtype)
+        """embeds [N, H], positions [N] long (restart per row), cu_seqlens [R+1] int32 → hidden [N, H] fp32
+        (the final norm's output is kept in fp32: the audio head reads it at full precision)."""
+        cos_table, sin_table = self.rope_tables(max_seqlen, torch.float32)
         cos, sin = cos_table[positions], sin_table[positions]  # [N, D]
-        x = embeds
+        # The residual stream stays fp32 whatever the weights' dtype: 28 bf16 roundings of the running sum
+        # are the main drift of a bf16 forward from fp32; the matmuls still run in the weights' dtype.
+        x = embeds.float()  # [N, H]
         for layer in self.layers:
             x = layer(x, cos, sin, cu_seqlens, max_seqlen, attn)
-        return self.norm(x)
+        return self.norm.forward_fp32(x)

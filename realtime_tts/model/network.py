@@ -85,11 +85,12 @@ class OmniVoiceModel(nn.Module):
         return self.audio_heads.weight.dtype
 
     def embed(self, ids: torch.Tensor, audio_mask: torch.Tensor) -> torch.Tensor:
-        """ids [8, N] (text positions repeat the text id on all 8 rows), audio_mask [N] → [N, H].
+        """ids [8, N] (text positions repeat the text id on all 8 rows), audio_mask [N] → fp32 [N, H].
         Audio positions sum the 8 codebook embeddings (table rows offset by c·1025)."""
-        text = self.llm.embed_tokens(ids[0])  # [N, H]
+        text = self.llm.embed_tokens(ids[0]).float()  # [N, H]
         shifted = ids * audio_mask[None, :] + self.codebook_layer_offsets[:, None]  # [8, N]
-        audio = self.audio_embeddings(shifted.t()).sum(dim=1)  # [N, 8, H] → [N, H]
+        # Summed in fp32: the result starts the fp32 residual stream.
+        audio = self.audio_embeddings(shifted.t()).float().sum(dim=1)  # [N, 8, H] → [N, H]
         return torch.where(audio_mask[:, None], audio, text)
 
     def hidden(self, ids: torch.Tensor, audio_mask: torch.Tensor, positions: torch.Tensor,
@@ -98,8 +99,14 @@ class OmniVoiceModel(nn.Module):
         return self.llm(self.embed(ids, audio_mask), positions, cu_seqlens, max_seqlen, self.attention)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., H] → fp32 logits [..., 8, 1025]."""
-        logits = self.audio_heads(hidden).float()
+        """[..., H] → fp32 logits [..., 8, 1025]. The head runs in fp32 whatever the model dtype: it reads
+        only target frames (~2% of the FLOPs), and bf16 logits would be rounded before CFG amplifies their
+        error (c + g·(c − u) scales it by 1 + 2g) — rounding that flips near-tied token choices."""
+        weight = self.__dict__.get("_head_fp32")
+        if weight is None or weight.device != self.audio_heads.weight.device:
+            weight = self.audio_heads.weight.float()
+            self.__dict__["_head_fp32"] = weight
+        logits = torch.nn.functional.linear(hidden.float(), weight)
         return logits.view(*hidden.shape[:-1], self.num_codebooks, self.audio_vocab)
 
 

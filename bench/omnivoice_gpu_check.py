@@ -1,0 +1,146 @@
+"""GPU check of our OmniVoice implementation at full size: bf16 vs fp32 token agreement for a fixed seed,
+and the wall time of one 6 s utterance. Writes a JSON results file (command, machine, versions, date).
+
+    python bench/omnivoice_gpu_check.py --ckpt DIR [--build] [--size full] --out FILE.json
+
+--build writes a random full-size checkpoint into DIR first (drawn on the GPU). Agreement is reported two
+ways: free-running (each precision decodes on its own; one early flip changes every later step's input, so
+this compounds) and teacher-forced (at every step both precisions score the SAME fp32 trajectory's input;
+the decisions compared are the positions revealed at that step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from realtime_tts.model import ClonePrompt, DecodeParams, ItemState, OmniVoiceModel, pack, step_packed
+from realtime_tts.model.checkpoint import build_random_checkpoint
+from realtime_tts.model.decoding import PackedBatch
+
+TEXT_6S = ("The morning light spreads across the quiet valley, and people walk slowly toward the market, "
+           "carrying bread.")
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def make_items(model: OmniVoiceModel, prompt: ClonePrompt, num_step: int) -> list:
+    p = DecodeParams(num_step=num_step)
+    return [
+        model.prepare(TEXT_6S, language="en", instruct="female, young adult, moderate pitch", duration_s=6.0,
+                      params=p, seed=1234),
+        model.prepare(TEXT_6S, language="en", duration_s=6.0, params=p, seed=99),
+        model.prepare(TEXT_6S, language="en", prompt=prompt, duration_s=6.0, params=p, seed=7),
+        model.prepare("A shorter one, three seconds.", language="en", duration_s=3.0, params=p, seed=5),
+    ]
+
+
+def clone_batch(batch: PackedBatch) -> PackedBatch:
+    return dataclasses.replace(batch, ids=batch.ids.clone(), tokens=batch.tokens.clone(), step=batch.step.clone())
+
+
+def teacher_forced(m32: OmniVoiceModel, m16: OmniVoiceModel, items: list) -> dict:
+    states = [ItemState.start(it, m32.device) for it in items]
+    batch = pack(states, m32.device)
+    agree = total = 0
+    per_step = []
+    for _ in range(max(len(it.reveal) for it in items)):
+        before = batch.tokens.clone()
+        other = clone_batch(batch)
+        step_packed(m32, batch)
+        step_packed(m16, other)
+        new = (batch.tokens != before) | (other.tokens != before)
+        same = (batch.tokens == other.tokens) & new
+        a, n = int(same.sum()), int(new.sum())
+        agree, total = agree + a, total + n
+        per_step.append(round(a / max(n, 1), 4))
+    return {"agreement": agree / total, "positions": total, "per_step": per_step}
+
+
+def time_one(model: OmniVoiceModel, num_step: int, reps: int) -> dict:
+    walls, loops = [], []
+    for _ in range(reps + 1):  # first run warms kernels and allocator
+        sync()
+        t0 = time.perf_counter()
+        item = model.prepare(TEXT_6S, language="en", instruct="female, young adult, moderate pitch",
+                             duration_s=6.0, params=DecodeParams(num_step=num_step), seed=1)
+        codes = model.generate([item])
+        sync()
+        t1 = time.perf_counter()
+        wave = model.decode(codes)[0]
+        sync()
+        t2 = time.perf_counter()
+        walls.append(t2 - t0)
+        loops.append(t1 - t0)
+    walls, loops = walls[1:], loops[1:]
+    return {"num_step": num_step, "audio_s": len(wave) / 24000, "wall_s_median": round(statistics.median(walls), 4),
+            "wall_s_all": [round(w, 4) for w in walls], "prepare_plus_steps_s_median": round(statistics.median(loops), 4),
+            "per_step_ms": round(1000 * statistics.median(loops) / num_step, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", required=True)
+    ap.add_argument("--build", action="store_true")
+    ap.add_argument("--size", default="full", choices=["tiny", "full"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--num-step", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    res: dict = {"command": " ".join([Path(sys.executable).name] + sys.argv), "date": datetime.datetime.now(
+        datetime.timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
+        "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu"}
+    import transformers
+    res["transformers"] = transformers.__version__
+    if args.build:
+        res["build"] = build_random_checkpoint(args.ckpt, size=args.size, seed=0, device=dev)
+        print("BUILD", res["build"], flush=True)
+    t0 = time.perf_counter()
+    m32 = OmniVoiceModel.from_pretrained(args.ckpt, dtype=torch.float32, device=dev)
+    m16 = OmniVoiceModel.from_pretrained(args.ckpt, dtype=torch.bfloat16, device=dev, load_codec=False)
+    m16.codec = m32.codec
+    sync()
+    res["load_s_both"] = round(time.perf_counter() - t0, 2)
+    res["llm_params"] = sum(p.numel() for p in m32.parameters())
+    # A clone prompt through the real encoder (5 s of noise at 16 kHz, resampled to 24 kHz).
+    g = torch.Generator().manual_seed(0)
+    prompt = m32.encode_prompt((torch.randn(80000, generator=g) * 0.05).numpy(), 16000, "A reference sentence.")
+    res["prompt_frames"] = int(prompt.codes.shape[1])
+
+    items32 = make_items(m32, prompt, args.num_step)
+    items16 = make_items(m16, prompt, args.num_step)
+    c32 = m32.generate(items32)
+    c16 = m16.generate(items16)
+    eq = sum(int((a == b).sum()) for a, b in zip(c32, c16))
+    n = sum(a.numel() for a in c32)
+    res["free_running"] = {"agreement": eq / n, "positions": n,
+                           "per_item": [round(float((a == b).float().mean()), 4) for a, b in zip(c32, c16)]}
+    res["teacher_forced"] = teacher_forced(m32, m16, items32)
+    rerun = m16.generate(items16)
+    res["bf16_deterministic"] = all(torch.equal(a, b) for a, b in zip(c16, rerun))
+    print("AGREEMENT free-running %.4f teacher-forced %.4f" % (res["free_running"]["agreement"],
+                                                               res["teacher_forced"]["agreement"]), flush=True)
+    res["timing_bf16"] = time_one(m16, args.num_step, args.reps)
+    res["timing_fp32"] = time_one(m32, args.num_step, max(1, args.reps - 1))
+    if dev == "cuda":
+        res["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    print(json.dumps(res, indent=1))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

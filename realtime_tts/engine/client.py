@@ -176,6 +176,7 @@ class OmniVoiceEngine:
     """engine.base.Engine over one spawned worker process per GPU (or one CPU worker)."""
 
     load_timeout_s: float = 600.0
+    max_in_flight_per_worker: int = 4096  # beyond this, new segments are refused (Overloaded) to bound memory
     stop_timeout_s: float = 10.0
     max_restart_backoff_s: float = 30.0
 
@@ -377,7 +378,11 @@ class OmniVoiceEngine:
             if any(w.status in ("loading", "restarting") for w in self._workers):
                 raise errors.EngineUnavailable("omnivoice workers are (re)starting", retry_after_ms=1000)
             raise errors.EngineUnavailable("no omnivoice worker is running; see /health")
-        return min(ready, key=lambda w: (len(w.in_flight), w.stats.num_waiting if w.stats else 0, w.worker_id))
+        best = min(ready, key=lambda w: (len(w.in_flight), w.stats.num_waiting if w.stats else 0, w.worker_id))
+        if len(best.in_flight) >= self.max_in_flight_per_worker:
+            raise errors.Overloaded(f"omnivoice workers are full ({len(best.in_flight)} segments each)",
+                                    retry_after_ms=1000)
+        return best
 
     def _send(self, w: _Worker, message: ipc.ToWorker) -> None:
         w.outbox.put(ipc.encode(message))

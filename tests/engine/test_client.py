@@ -223,3 +223,22 @@ def test_a_model_that_cannot_load_is_a_clear_start_error(tmp_path: Path) -> None
     with pytest.raises(errors.EngineUnavailable, match="cannot load model"):
         asyncio.run(start(tmp_path / "empty"))
     assert time.monotonic() - t0 < 120
+
+
+def test_full_workers_refuse_with_overloaded(engine: OmniVoiceEngine, loop_thread: Any) -> None:
+    async def overfill() -> None:
+        engine.max_in_flight_per_worker = 2
+        try:
+            gens = [engine.synthesize(SegmentRequest(f"full-{i}", "Fill the worker.", duration_s=2.0, num_step=32))
+                    for i in range(3)]
+            tasks = [asyncio.ensure_future(g.__anext__()) for g in gens]
+            done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 120)
+        finally:
+            engine.max_in_flight_per_worker = OmniVoiceEngine.max_in_flight_per_worker
+        refused = [r for r in done if isinstance(r, errors.Overloaded)]
+        assert len(refused) == 1 and refused[0].retry_after_ms == 1000
+        assert sum(isinstance(r, AudioChunk) for r in done) == 2
+        for g in gens:
+            await g.aclose()
+
+    loop_thread.run(overfill())

@@ -37,8 +37,9 @@ class FusedBackbone:
     RoPE, SwiGLU and varlen attention. Same function as model.llm (to bf16 rounding); holds its own copies of
     the fused weight matrices (~0.6 GB at full size in bf16)."""
 
-    # 64×32 attention tiles measured fastest of 64×64, 128×64, 64×32 on the H200 at bulk shapes (run 1).
-    def __init__(self, model: OmniVoiceModel, block_m: int = 64, block_n: int = 32) -> None:
+    # 64×32 tiles, 3 stages: the fastest of 64×64, 128×64, 128×32, 64×32 (2 or 3 stages) and 32×32 on the
+    # H200 at bulk shapes (bench/results/omnivoice_bench.md).
+    def __init__(self, model: OmniVoiceModel, block_m: int = 64, block_n: int = 32, num_stages: int = 3) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -48,7 +49,7 @@ class FusedBackbone:
         self.num_heads, self.num_kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
         self.head_dim = cfg["head_dim"]
         self.inter = cfg["intermediate_size"]
-        self.block_m, self.block_n = block_m, block_n
+        self.block_m, self.block_n, self.num_stages = block_m, block_n, num_stages
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
@@ -64,32 +65,39 @@ class FusedBackbone:
 
     def __call__(self, embeds: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
                  max_seqlen: int) -> torch.Tensor:
-        """embeds [N, H] → hidden [N, H] after the final norm. Tokens past cu_seqlens[-1] are padding: they
-        are computed row-locally but never attended to, so they cannot disturb real rows."""
+        """embeds [N, H] → hidden [N, H] after the final norm, in embeds' dtype. As the model does: the residual
+        stream keeps embeds' dtype (fp32), the matmuls run in the weights' dtype, rope angles are fp32.
+        Tokens past cu_seqlens[-1] are padding: computed row-locally, never attended to, so they cannot
+        disturb real rows."""
         k = self.k
         n = embeds.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        cos_table, sin_table = self.llm.rope_tables(max_seqlen, embeds.dtype)
-        cos, sin = cos_table[positions], sin_table[positions]  # [N, D]
+        mm_dtype = self.final_norm.dtype
+        cos_table, sin_table = self.llm.rope_tables(max_seqlen, torch.float32)
+        cos, sin = cos_table[positions], sin_table[positions]  # [N, D] fp32
         tiles = k.attention_tiles(cu_seqlens, k.max_attention_tiles(n, cu_seqlens.numel() - 1, self.block_m),
                                   self.block_m)
         # Zeroed once: padding tokens are in no row, so attention never writes them; keep them finite.
-        attn = torch.zeros(n, hq, d, dtype=embeds.dtype, device=embeds.device)  # [N, Hq, D]
-        residual = embeds.clone()
-        x = k.rms_norm(residual, self.layers[0]["ln1"], self.eps)
+        attn = torch.zeros(n, hq, d, dtype=mm_dtype, device=embeds.device)  # [N, Hq, D]
+        residual = embeds.clone()  # [N, H], updated in place by the fused add+norm
+        x = k.rms_norm(residual, self.layers[0]["ln1"], self.eps,
+                       out=torch.empty(n, residual.shape[1], dtype=mm_dtype, device=embeds.device))
         for i, w in enumerate(self.layers):
             qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
             q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
             k.qk_norm_rope(q, kk, w["qn"], w["kn"], cos, sin, self.eps)
             k.varlen_attention(q, kk, v, cu_seqlens, max_seqlen, out=attn, tiles=tiles, block_m=self.block_m,
-                               block_n=self.block_n)
+                               block_n=self.block_n, num_stages=self.num_stages)
             o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
             act = k.silu_mul(gate_up[:, :self.inter], gate_up[:, self.inter:])
             mlp = torch.matmul(act, w["down"].t())
-            nxt = self.layers[i + 1]["ln1"] if i + 1 < len(self.layers) else self.final_norm
-            x, residual = k.add_rms_norm(mlp, residual, nxt, self.eps)
+            if i + 1 < len(self.layers):
+                x, residual = k.add_rms_norm(mlp, residual, self.layers[i + 1]["ln1"], self.eps)
+            else:  # the final norm's output stays in the residual dtype (the head reads it at that precision)
+                x, residual = k.add_rms_norm(mlp, residual, self.final_norm, self.eps,
+                                             out=torch.empty_like(residual))
         return x
 
 
@@ -156,7 +164,7 @@ class StepRunner:
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
-                 fused_scoring: bool | None = None, max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
+                 fused_scoring: bool | None = None, head_tf32: bool = True, max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
                  batch_buckets: tuple[int, ...] = BATCH_BUCKETS) -> None:
         cuda = model.device.type == "cuda"
@@ -167,6 +175,8 @@ class StepRunner:
             raise ValueError("CUDA graphs need a CUDA model")
         self.fused = FusedBackbone(model) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
+        self.head_tf32 = head_tf32
+        self._head_weight: torch.Tensor | None = None
         self.max_graphs = max_graphs
         self.min_free_bytes = min_free_bytes
         self.capture_on_miss = capture_on_miss
@@ -179,7 +189,7 @@ class StepRunner:
         self._last: tuple[tuple[int, ...], list[int], _Graph, PackedBatch] | None = None
         if self.use_graphs:
             # Graphs hold the rope tables' addresses: grow them once, now, to the largest bucket.
-            model.llm.rope_tables(max(token_buckets), model.dtype)
+            model.llm.rope_tables(max(token_buckets), torch.float32)
 
     # ------------------------------------------------------------------------------------------ the step
     @torch.inference_mode()
@@ -198,9 +208,8 @@ class StepRunner:
 
             num_b, t_max = batch.cond_index.shape
             vocab, num_cb = model.audio_vocab, model.num_codebooks
-            # Head logits stay in the activation dtype ([B, Tmax, 8·V]); the kernel upcasts per row.
-            c = model.audio_heads(hidden[batch.cond_index]).view(num_b, t_max * num_cb, vocab)
-            u = model.audio_heads(hidden[batch.uncond_index]).view(num_b, t_max * num_cb, vocab)
+            c = self._head(hidden[batch.cond_index]).view(num_b, t_max * num_cb, vocab)  # [B, Tmax·8, V]
+            u = self._head(hidden[batch.uncond_index]).view(num_b, t_max * num_cb, vocab)
             pred, conf = cfg_argmax(c, u, batch.guidance, model.mask_id)
             tokens = unmask(pred.view(num_b, t_max, num_cb).transpose(1, 2),
                             conf.view(num_b, t_max, num_cb).transpose(1, 2), batch, model.mask_id, pos_noise)
@@ -210,6 +219,22 @@ class StepRunner:
             tokens = decoding.score(c_logits, u_logits, batch, model.mask_id, cls_noise, pos_noise)
         new_step = batch.step + (batch.step < batch.reveal.shape[1] - 1).long()
         return tokens, new_step
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Audio head logits [..., 8·V] in fp32. The model's head is a plain fp32 GEMM (~10× slower than
+        bf16 on the card); here it runs with TF32 tensor cores when head_tf32 — 10-bit mantissa operands,
+        still 8× finer than the bf16 logits of the reference implementation."""
+        weight = self._head_weight
+        if weight is None:
+            weight = self._head_weight = self.model.audio_heads.weight.float()
+        if not self.head_tf32 or hidden.device.type != "cuda":
+            return torch.nn.functional.linear(hidden.float(), weight)
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return torch.nn.functional.linear(hidden.float(), weight)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
 
     @torch.inference_mode()
     def step(self, states: list[ItemState]) -> None:

@@ -108,15 +108,19 @@ class SimpleSession:
                 reader = asyncio.create_task(self._read(synth), name=f"ws-reader-{synth.id}")
                 try:
                     await self._write(synth)
+                except WebSocketDisconnect:  # the client left while audio was being sent
+                    self.disconnected = True
+                    synth.cancel("disconnect")
                 finally:
                     reader.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await reader
-                if self.disconnected:
-                    raise WebSocketDisconnect(1001)
                 if self.error is not None:
                     raise self.error
-                await self._send_json(self._terminal(synth))
+                if not self.disconnected:
+                    await self._send_json(self._terminal(synth))
+            if self.disconnected:
+                raise WebSocketDisconnect(1001)
             await self.ws.close(1000)
         except TTSError as e:
             code = close_code(e)

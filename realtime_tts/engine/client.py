@@ -102,21 +102,22 @@ def count_gpus() -> int:
     return 0
 
 
-def cpu_worker_threads() -> int:
-    """torch threads of a CPU worker: half the cores. The web process (and the CPU voice) need the rest,
-    and OpenMP threads that oversubscribe cores spin: on 2 busy cores, 2 threads ran the tiny model's
-    step ~7x slower than 1 (measured)."""
-    return max(1, (os.cpu_count() or 1) // 2)
+def cpu_worker_threads(num_workers: int) -> int:
+    """torch threads of each CPU worker: half the cores shared among them. The web process (and the CPU
+    voice) need the rest, and OpenMP threads that oversubscribe cores spin: on 2 busy cores, 2 threads ran
+    the tiny model's step ~7x slower than 1 (measured)."""
+    return max(1, (os.cpu_count() or 1) // 2 // max(1, num_workers))
 
 
 def worker_devices(config: Config) -> list[str]:
-    """One device per worker: every visible GPU (or config.omnivoice.gpus of them), else one CPU worker."""
+    """One device per worker: every visible GPU (or config.omnivoice.gpus of them); without GPUs one CPU
+    worker, or `gpus` CPU workers when set (several CPU workers: big CPU hosts, and the routing tests)."""
     cfg = config.omnivoice
     num_visible = count_gpus() if cfg.device in ("auto", "cuda") else 0
     if cfg.device == "cuda" and num_visible == 0:
         raise errors.EngineUnavailable("omnivoice device is 'cuda' but no GPU is visible")
     if num_visible == 0:
-        return ["cpu"]
+        return ["cpu"] * max(1, cfg.gpus)
     num = cfg.gpus or num_visible
     if num > num_visible:
         raise errors.EngineUnavailable(f"gpus={num} requested but only {num_visible} GPU(s) are visible")
@@ -257,7 +258,7 @@ class OmniVoiceEngine:
         options = ipc.WorkerOptions(worker_id=w.worker_id, model_dir=self._model_dir, device=w.device,
                                     dtype=self._config.omnivoice.dtype if w.device != "cpu" else "fp32",
                                     max_batch_tokens=self._config.omnivoice.max_batch_tokens,
-                                    num_threads=cpu_worker_threads() if w.device == "cpu" else 0)
+                                    num_threads=cpu_worker_threads(len(self._workers)) if w.device == "cpu" else 0)
         to_child_r, to_child_w = self._context.Pipe(duplex=False)
         from_child_r, from_child_w = self._context.Pipe(duplex=False)
         process = self._context.Process(target=worker.main, args=(options, to_child_r, from_child_w),

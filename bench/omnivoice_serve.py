@@ -9,7 +9,7 @@ Starts `realtime-tts serve --model CKPT` itself (or uses --url), prints tables, 
 OUT/<name>.md (command, machine, versions, date).
 
     .venv/bin/python bench/omnivoice_serve.py --build tiny --agents 1,4 --load 40 --rate 10   # CPU smoke
-    python bench/omnivoice_serve.py --ckpt /tmp/omnivoice-full --agents 1,25,50,100 --load 1000 --rate 100
+    python bench/omnivoice_serve.py --build full --word-tokenizer --agents 1,25,50,100 --load 1000 --rate 100
 """
 
 from __future__ import annotations
@@ -213,6 +213,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", help="OmniVoice checkpoint directory")
     p.add_argument("--build", choices=("tiny", "full"), help="build a random checkpoint of this size first")
+    p.add_argument("--word-tokenizer", action="store_true",
+                   help="with --build: ~1 token per word like Qwen's BPE on English (the byte-level test "
+                        "tokenizer gives ~4x more tokens); uses bench/omnivoice_bench.py's tokenizer")
     p.add_argument("--url", help="use a running server instead of starting one")
     p.add_argument("--server-args", default="", help="extra `serve` flags, e.g. '--device cpu'")
     p.add_argument("--agents", default="1,4", help="comma-separated agent counts")
@@ -233,6 +236,11 @@ def main() -> None:
             ckpt = ckpt or tempfile.mkdtemp(prefix=f"omnivoice-{args.build}-")
             t0 = time.perf_counter()
             build_random_checkpoint(ckpt, size=args.build, seed=0)
+            if args.word_tokenizer:
+                sys.path.insert(0, str(REPO / "bench"))
+                from omnivoice_bench import write_word_tokenizer
+
+                write_word_tokenizer(Path(ckpt))
             print(f"built {args.build} checkpoint in {time.perf_counter() - t0:.1f} s: {ckpt}", flush=True)
         if not ckpt:
             raise SystemExit("--ckpt DIR or --build tiny|full (or --url) is required")

@@ -186,7 +186,7 @@ class StepRunner:
         self.stats = RunnerStats()
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
         # The last graphed step, to replay again without re-packing when the same states come back.
-        self._last: tuple[tuple[int, ...], list[int], _Graph, PackedBatch] | None = None
+        self._last: tuple[tuple[int, ...], list[tuple[int, int]], _Graph, PackedBatch] | None = None
         if self.use_graphs:
             # Graphs hold the rope tables' addresses: grow them once, now, to the largest bucket.
             model.llm.rope_tables(max(token_buckets), torch.float32)
@@ -245,7 +245,7 @@ class StepRunner:
         t0 = time.perf_counter()
         ident = tuple(id(s) for s in live)
         last = self._last
-        if last is not None and last[0] == ident and last[1] == [s.step for s in live]:
+        if last is not None and last[0] == ident and last[1] == [(s.step, id(s.tokens)) for s in live]:
             # Same states as the graphed step before, untouched since: the graph already advanced its
             # static inputs in place, so replay without packing.
             graph, batch = last[2], last[3]
@@ -265,9 +265,15 @@ class StepRunner:
             else:
                 batch.tokens, batch.step = self.forward_step(batch)
                 self.stats.graph_misses += 1
-        decoding.unpack(batch, live)
         if graph is not None:
-            self._last = (ident, [s.step for s in live], graph, batch)
+            # No host sync: every live state advances exactly one step (the graph's rule for a state that is
+            # not done), and each gets its own device copy of its grid, enqueued behind the replay.
+            for b, s in enumerate(live):
+                s.tokens = graph.tokens_out[b, :, :s.item.num_frames].clone()
+                s.step += 1
+            self._last = (ident, [(s.step, id(s.tokens)) for s in live], graph, batch)
+        else:
+            decoding.unpack(batch, live)
         self.stats.steps += 1
         self.stats.step_s += time.perf_counter() - t0
 

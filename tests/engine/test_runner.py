@@ -130,8 +130,9 @@ def test_graph_replay_equals_eager_on_gpu(tiny_checkpoint: Path) -> None:
     eager = StepRunner(model, use_fused=False, use_graphs=False).run(items)
     fused_eager = StepRunner(model, use_fused=True, use_graphs=False).run(items)
     graphed = StepRunner(model, use_fused=True, use_graphs=True)
-    # fused scoring alone (model backbone) is the model's step token for token in fp32
-    plain_fused_scoring = StepRunner(model, use_fused=False, use_graphs=False, fused_scoring=True).run(items)
+    # fused scoring alone (model backbone, fp32 head as the model's) is the model's step token for token
+    plain_fused_scoring = StepRunner(model, use_fused=False, use_graphs=False, fused_scoring=True,
+                                     head_tf32=False).run(items)
     assert all(torch.equal(a, b) for a, b in zip(eager, plain_fused_scoring))
     stepped = graphed.run(items)
     chained = graphed.run_graphed(items)
@@ -141,3 +142,17 @@ def test_graph_replay_equals_eager_on_gpu(tiny_checkpoint: Path) -> None:
         # fp32 with tf32 dots in the fused path: tokens agree almost everywhere
         assert (a == b).float().mean() > 0.95
         assert torch.equal(b, c) and torch.equal(c, d)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graphed_steps_when_the_batch_changes_on_gpu(tiny_checkpoint: Path) -> None:
+    """Items finishing at different steps: the fast replay path, then re-packs into smaller buckets."""
+    model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device="cuda", load_codec=False)
+    items = _items(model, num_step=8)[:2] + _items(model, num_step=4)[2:]
+    fused_eager = StepRunner(model, use_fused=True, use_graphs=False).run(items)
+    graphed = StepRunner(model, use_fused=True, use_graphs=True)
+    stepped = graphed.run(items)
+    assert graphed.stats.graph_hits == 8 and graphed.stats.graphs_captured >= 1
+    for a, b in zip(fused_eager, stepped):
+        assert torch.equal(a.cpu(), b.cpu())

@@ -56,28 +56,33 @@ def start_server(port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("server did not start")
 
 
-async def one(url: str, text: str, seed: int) -> tuple[float, float, float, float]:
-    """→ (client first-audio ms, server ttfa ms, audio s, wall s)."""
-    t0 = time.perf_counter()
+async def one(url: str, text: str, seed: int) -> tuple[float, float, float, float, float]:
+    """→ (client first-audio ms, server ttfa ms, audio s, wall s, first segment's queue + generation ms)."""
     first = None
     nbytes = 0
+    first_gen_ms = None
     async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"text": text, "seed": seed}))
+        t0 = time.perf_counter()  # from the request frame: the connection is usually open already
+        await ws.send(json.dumps({"text": text, "seed": seed, "events": True}))
         while True:
             msg = await ws.recv()
             if isinstance(msg, bytes):
                 first = first or time.perf_counter()
                 nbytes += len(msg)
-            else:
-                stats = json.loads(msg)["stats"]
+                continue
+            frame = json.loads(msg)
+            if frame.get("type") == "segment.end" and first_gen_ms is None:
+                first_gen_ms = frame["queue_ms"] + frame["gen_ms"]
+            if frame.get("done"):
+                stats = frame["stats"]
                 break
     wall = time.perf_counter() - t0
-    assert first is not None
-    return (first - t0) * 1e3, stats["ttfa_ms"], nbytes / 2 / 24000, wall
+    assert first is not None and first_gen_ms is not None
+    return (first - t0) * 1e3, stats["ttfa_ms"], nbytes / 2 / 24000, wall, first_gen_ms
 
 
 async def run(url: str, clients: int, requests: int, text: str) -> dict[str, float]:
-    async def client(k: int) -> list[tuple[float, float, float, float]]:
+    async def client(k: int) -> list[tuple[float, float, float, float, float]]:
         return [await one(url, text, seed=k * 1000 + i) for i in range(requests)]
 
     t0 = time.perf_counter()
@@ -85,9 +90,11 @@ async def run(url: str, clients: int, requests: int, text: str) -> dict[str, flo
     wall = time.perf_counter() - t0
     lat = np.array([r[0] for r in results])
     srv = np.array([r[1] for r in results])
+    gen = np.array([r[4] for r in results])
     audio_s = sum(r[2] for r in results)
     return {"clients": clients, "n": len(results), "p50": float(np.percentile(lat, 50)),
             "p95": float(np.percentile(lat, 95)), "srv_p50": float(np.percentile(srv, 50)),
+            "gen_p50": float(np.percentile(gen, 50)), "overhead_p50": float(np.percentile(srv - gen, 50)),
             "xrt": audio_s / wall, "audio_s": audio_s, "wall_s": wall}
 
 
@@ -134,12 +141,13 @@ def main() -> None:
         proc.wait(timeout=20)
     cores = os.cpu_count() or 1
     lines = [
-        ("| clients | requests | first audio p50 (ms) | p95 (ms) | server ttfa p50 (ms) | x-realtime (short) "
-         "| x-realtime (bulk) | bulk x-realtime per core |"),
-        "|---|---|---|---|---|---|---|---|",
+        ("| clients | requests | first audio p50 (ms) | p95 (ms) | server ttfa p50 (ms) | of which voice queue+gen "
+         "p50 (ms) | server overhead p50 (ms) | x-realtime (short) | x-realtime (bulk) | bulk x-realtime per core |"),
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s, b in zip(short, bulk):
         lines.append(f"| {s['clients']} | {s['n']} | {s['p50']:.1f} | {s['p95']:.1f} | {s['srv_p50']:.1f} | "
+                     f"{s['gen_p50']:.1f} | {s['overhead_p50']:.1f} | "
                      f"{s['xrt']:.1f} | {b['xrt']:.1f} | {b['xrt'] / cores:.1f} |")
     table = "\n".join(lines)
     print(table)
@@ -151,8 +159,9 @@ def main() -> None:
         f"- load average before the run (1/5/15 min): {load_before[0]:.2f} / {load_before[1]:.2f} / "
         f"{load_before[2]:.2f} (other work on the same cores inflates latency)\n\n"
         f"Short request: \"{SHORT}\" (6 words); each client sends them back to back. First audio is measured "
-        "in the client, from sending the request to the first binary frame (the server's own ttfa_ms from "
-        f"the stats envelope is beside it). Bulk: a {len(LONG.split())}-word text per request; x-realtime = "
+        "in the client, from sending the request frame on an open connection to the first binary frame (the server's own ttfa_ms from "
+        "the stats envelope is beside it, split into the first segment's wait + generation in the voice and the "
+        f"server's own overhead: ttfa minus that). Bulk: a {len(LONG.split())}-word text per request; x-realtime = "
         "seconds of audio delivered / wall seconds, over all clients together.\n\n"
         f"{table}\n"
     )

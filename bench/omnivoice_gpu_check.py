@@ -51,22 +51,106 @@ def clone_batch(batch: PackedBatch) -> PackedBatch:
     return dataclasses.replace(batch, ids=batch.ids.clone(), tokens=batch.tokens.clone(), step=batch.step.clone())
 
 
+@torch.inference_mode()
+def cfg_margin(model: OmniVoiceModel, batch: PackedBatch) -> torch.Tensor:
+    """fp32 gap between the best and second-best CFG log-prob at every target position [B, 8, Tmax]."""
+    hidden = model.hidden(batch.ids, batch.audio_mask, batch.positions, batch.cu_seqlens, batch.max_seqlen)
+    c = torch.log_softmax(model.head(hidden[batch.cond_index]).permute(0, 2, 1, 3), dim=-1)
+    u = torch.log_softmax(model.head(hidden[batch.uncond_index]).permute(0, 2, 1, 3), dim=-1)
+    g = batch.guidance[:, None, None, None]
+    lp = torch.log_softmax(c + g * (c - u), dim=-1)
+    lp[..., model.mask_id] = -float("inf")
+    top2 = lp.topk(2, dim=-1).values
+    return top2[..., 0] - top2[..., 1]
+
+
 def teacher_forced(m32: OmniVoiceModel, m16: OmniVoiceModel, items: list) -> dict:
+    """Both precisions score the fp32 trajectory's inputs at every step; compare the step's reveals."""
     states = [ItemState.start(it, m32.device) for it in items]
     batch = pack(states, m32.device)
-    agree = total = 0
-    per_step = []
+    agree = total = token_diff = position_diff = 0
+    per_step, margins_all, margins_diff = [], [], []
     for _ in range(max(len(it.reveal) for it in items)):
         before = batch.tokens.clone()
         other = clone_batch(batch)
+        margin = cfg_margin(m32, batch)
         step_packed(m32, batch)
         step_packed(m16, other)
-        new = (batch.tokens != before) | (other.tokens != before)
+        new32, new16 = batch.tokens != before, other.tokens != before
+        new = new32 | new16
         same = (batch.tokens == other.tokens) & new
+        both = new32 & new16
+        token_diff += int((both & (batch.tokens != other.tokens)).sum())
+        position_diff += int((new32 ^ new16).sum())
+        margins_all.append(margin[new32].float().cpu())
+        margins_diff.append(margin[both & (batch.tokens != other.tokens)].float().cpu())
         a, n = int(same.sum()), int(new.sum())
         agree, total = agree + a, total + n
         per_step.append(round(a / max(n, 1), 4))
-    return {"agreement": agree / total, "positions": total, "per_step": per_step}
+    m_all, m_diff = torch.cat(margins_all), torch.cat(margins_diff)
+    return {"agreement": agree / total, "positions": total, "token_choice_differs": token_diff,
+            "position_choice_differs": position_diff, "per_step": per_step,
+            "fp32_margin_median_all_reveals": round(float(m_all.median()), 5),
+            "fp32_margin_median_where_token_differs": round(float(m_diff.median()), 5) if m_diff.numel() else None,
+            "fp32_margin_max_where_token_differs": round(float(m_diff.max()), 5) if m_diff.numel() else None,
+            "share_of_reveals_with_margin_below_that_max": round(float((m_all <= float(m_diff.max())).float().mean()), 4)
+            if m_diff.numel() else None}
+
+
+def reference_comparison(ckpt: str, m32: OmniVoiceModel, m16: OmniVoiceModel, prompt: ClonePrompt,
+                         num_step: int) -> dict:
+    """The reference package at full size on the same GPU: its fp32 codes vs ours (noise='reference' draws
+    the global RNG in its order), and its own bf16-vs-fp32 agreement as the yardstick for ours. It cannot
+    batch clone with non-clone items, so two batches: [design, auto, 3 s] and [clone]."""
+    import warnings
+    warnings.simplefilter("ignore")
+    from omnivoice import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt
+
+    dev = m32.device
+    cfg = OmniVoiceGenerationConfig(num_step=num_step)
+    texts = [TEXT_6S, TEXT_6S, "A shorter one, three seconds."]
+    kw_a = dict(text=texts, language="en", instruct=["female, young adult, moderate pitch", None, None],
+                duration=[6.0, 6.0, 3.0])
+    ref_prompt = VoiceClonePrompt(ref_audio_tokens=prompt.codes.to(dev), ref_text=prompt.ref_text,
+                                  ref_rms=prompt.ref_rms)
+    kw_b = dict(text=[TEXT_6S], language="en", voice_clone_prompt=[ref_prompt], duration=[6.0])
+
+    def ref_codes(model: object, seed: int) -> list:
+        out = []
+        for i, kw in enumerate((kw_a, kw_b)):
+            torch.manual_seed(seed + i)
+            out += [c.cpu() for c in model._generate_iterative(model._preprocess_all(**kw), cfg)]
+        return out
+
+    def our_codes(model: OmniVoiceModel, seed: int) -> list:
+        p = DecodeParams(num_step=num_step)
+        a = [model.prepare(TEXT_6S, language="en", instruct="female, young adult, moderate pitch",
+                           duration_s=6.0, params=p),
+             model.prepare(TEXT_6S, language="en", duration_s=6.0, params=p),
+             model.prepare(texts[2], language="en", duration_s=3.0, params=p)]
+        b = [model.prepare(TEXT_6S, language="en", prompt=prompt, duration_s=6.0, params=p)]
+        torch.manual_seed(seed)
+        out = model.generate(a, noise="reference")
+        torch.manual_seed(seed + 1)
+        return out + model.generate(b, noise="reference")
+
+    def agree(x: list, y: list) -> float:
+        return sum(int((a == b).sum()) for a, b in zip(x, y)) / sum(a.numel() for a in x)
+
+    res = {}
+    r32 = OmniVoice.from_pretrained(ckpt, dtype=torch.float32, device_map=str(dev))
+    ref32 = ref_codes(r32, 100)
+    ours32 = our_codes(m32, 100)
+    res["ours_fp32_vs_reference_fp32"] = agree(ours32, ref32)
+    res["ours_fp32_vs_reference_fp32_per_item"] = [round(float((a == b).float().mean()), 4) for a, b in zip(ours32, ref32)]
+    del r32
+    torch.cuda.empty_cache()
+    r16 = OmniVoice.from_pretrained(ckpt, dtype=torch.bfloat16, device_map=str(dev))
+    ref16 = ref_codes(r16, 100)
+    res["reference_bf16_vs_reference_fp32"] = agree(ref16, ref32)
+    res["ours_bf16_vs_reference_fp32"] = agree(our_codes(m16, 100), ref32)
+    res["ours_bf16_vs_ours_fp32_same_noise"] = agree(our_codes(m16, 100), ours32)
+    return res
 
 
 def time_one(model: OmniVoiceModel, num_step: int, reps: int) -> dict:
@@ -133,6 +217,11 @@ def main() -> None:
     res["bf16_deterministic"] = all(torch.equal(a, b) for a, b in zip(c16, rerun))
     print("AGREEMENT free-running %.4f teacher-forced %.4f" % (res["free_running"]["agreement"],
                                                                res["teacher_forced"]["agreement"]), flush=True)
+    try:
+        res["reference"] = reference_comparison(args.ckpt, m32, m16, prompt, args.num_step)
+        print("REFERENCE", json.dumps(res["reference"]), flush=True)
+    except ImportError as exc:
+        res["reference"] = f"omnivoice not importable: {exc}"
     res["timing_bf16"] = time_one(m16, args.num_step, args.reps)
     res["timing_fp32"] = time_one(m32, args.num_step, max(1, args.reps - 1))
     if dev == "cuda":

@@ -27,7 +27,8 @@ FRAME_SAMPLES = 960  # 24 kHz / 25 Hz
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint: Path, loop_thread: Any) -> Iterator[OmniVoiceEngine]:
-    config = load_config({"model": str(tiny_checkpoint), "device": "cpu"}, env={})
+    # A small step budget (two 8 s segments) so the priority test can fill it.
+    config = load_config({"model": str(tiny_checkpoint), "device": "cpu", "max_batch_tokens": 1000}, env={})
     eng = OmniVoiceEngine(config)
     loop_thread.run(eng.start(), timeout=300)
     yield eng
@@ -109,6 +110,29 @@ def test_concurrent_segments_share_steps(engine: OmniVoiceEngine, loop_thread: A
     alone, _ = loop_thread.run(collect(engine, SegmentRequest("alone-2", "Sentence number 2 is here.",
                                                               duration_s=0.8, num_step=8, seed=2)))
     np.testing.assert_array_equal(alone, results[2][0])
+
+
+def test_first_segment_overtakes_queued_and_running_bulk(engine: OmniVoiceEngine, loop_thread: Any) -> None:
+    async def scenario() -> list[str]:
+        finished: list[str] = []
+
+        async def run(request: SegmentRequest) -> None:
+            await collect(engine, request)
+            finished.append(request.request_id)
+
+        # ~450 tokens each: two fill the 1000-token step budget, the others wait
+        bulk = [asyncio.ensure_future(run(SegmentRequest(f"bulk-{i}", "Bulk work to do.", duration_s=8.0,
+                                                         num_step=16, seed=i))) for i in range(4)]
+        await asyncio.sleep(0.5)  # bulk-0 and bulk-1 are running
+        await run(SegmentRequest("first", "The first words of a turn.", duration_s=3.0, num_step=16,
+                                 priority=PRIORITY_FIRST))
+        await asyncio.gather(*bulk)
+        return finished
+
+    finished = loop_thread.run(scenario(), timeout=300)
+    # FIFO would finish it after bulk-0 and bulk-1 (it does not fit beside them); priority pauses bulk-1
+    assert finished.index("first") < finished.index("bulk-1") < finished.index("bulk-2")
+    assert finished.index("first") < finished.index("bulk-3")
 
 
 def test_bad_input_is_refused_before_the_worker(engine: OmniVoiceEngine, loop_thread: Any) -> None:

@@ -188,10 +188,11 @@ def _reference_noise(batch: PackedBatch, k: torch.Tensor, vocab: int
         if ks[b] <= 0:
             continue
         t = it.num_frames
+        # Drawn on the model's device, as the reference's rand_like does (CPU and CUDA streams differ).
         if it.params.class_temperature > 0 and cls_noise is not None:
-            cls_noise[b, :, :t] = torch.rand(1, 8, t, vocab)[0].to(dev)
+            cls_noise[b, :, :t] = torch.rand(1, 8, t, vocab, device=dev)[0]
         if it.params.position_temperature > 0:
-            pos_noise[b, :, :t] = torch.rand(1, 8, t)[0].to(dev)
+            pos_noise[b, :, :t] = torch.rand(1, 8, t, device=dev)[0]
     return cls_noise, pos_noise
 
 

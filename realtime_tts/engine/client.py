@@ -236,6 +236,7 @@ class OmniVoiceEngine:
                 w.restart_task.cancel()
             self._fail_in_flight(w, "omnivoice engine stopped")
             w.outbox.put(ipc.encode(ipc.Shutdown()))
+            w.outbox.put(None)  # ends the writer thread once Shutdown is sent
         await asyncio.gather(*(asyncio.to_thread(self._reap, w) for w in self._workers))
 
     def _reap(self, w: _Worker) -> None:
@@ -343,6 +344,7 @@ class OmniVoiceEngine:
     def _on_exit(self, w: _Worker, generation: int, exitcode: int | None) -> None:
         if generation != w.generation or self._stopping:
             return
+        w.outbox.put(None)  # ends this process's writer thread
         reason = f"omnivoice worker {w.worker_id} ({w.device}) exited with code {exitcode}"
         log.error("%s; failing %d in-flight request(s) and restarting it", reason, len(w.in_flight))
         self._fail_in_flight(w, reason)

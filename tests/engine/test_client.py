@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,6 +212,11 @@ def test_worker_death_fails_only_in_flight_then_restarts(engine: OmniVoiceEngine
         assert time.monotonic() < deadline, engine.health()
         time.sleep(0.1)
     assert engine.worker_pids()[0] != pid
+    # the dead process's pipe threads are gone: one reader and one writer per live worker
+    deadline = time.monotonic() + 10
+    while len([t for t in threading.enumerate() if t.name.startswith("omnivoice-")]) != 2:
+        assert time.monotonic() < deadline, threading.enumerate()
+        time.sleep(0.05)
     audio, _ = loop_thread.run(collect(engine, SegmentRequest("reborn", "Back again.", duration_s=0.4,
                                                               num_step=4)))
     assert audio.size == 10 * FRAME_SAMPLES

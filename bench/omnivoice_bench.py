@@ -177,6 +177,7 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
     model = OmniVoiceModel.from_pretrained(ckpt, dtype=torch.bfloat16, device="cuda")
     runner = StepRunner(model)
     emit(out_dir, {"kind": "load", "impl": "ours", "load_s": round(time.perf_counter() - t0, 2)})
+    check_fused(model, runner, out_dir, args)
     for mode in args.modes.split(","):
         for num in [int(b) for b in args.batches.split(",")]:
             if time.time() - T_START > args.budget_s * 0.55:
@@ -247,6 +248,30 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
         profile_ours(model, runner, out_dir, args)
     del runner, model
     torch.cuda.empty_cache()
+
+
+def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace) -> None:
+    """At full size in bf16: the fused backbone (rope fused or not) against the model's eager backbone, and
+    one runner step against the model's step (token agreement over the positions either reveals)."""
+    from realtime_tts.engine.runner import FusedBackbone
+    from realtime_tts.model import decoding
+
+    items = our_items(model, "design", 4, args.dur, args.steps)
+    batch = decoding.pack([decoding.ItemState.start(it, "cuda") for it in items], "cuda")
+    rec: dict[str, Any] = {"kind": "check", "B": 4}
+    with torch.inference_mode():
+        embeds = model.embed(batch.ids, batch.audio_mask)
+        ref = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention).float()
+        for fuse in (True, False):
+            out = FusedBackbone(model, fuse_rope=fuse)(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen)
+            rec[f"hidden_rel_err_fuse_rope_{fuse}"] = float((out.float() - ref).norm() / ref.norm())
+        tokens, _ = runner.forward_step(batch)
+        before = batch.tokens.clone()
+        decoding.step_packed(model, batch)
+        changed = (tokens != before) | (batch.tokens != before)
+        rec["step_token_agreement"] = float((tokens == batch.tokens)[changed].float().mean())
+        rec["step_positions_revealed"] = int(changed.sum())
+    emit(out_dir, rec)
 
 
 def profile_ours(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace) -> None:

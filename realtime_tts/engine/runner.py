@@ -39,7 +39,10 @@ class FusedBackbone:
 
     # 64×32 tiles, 3 stages: the fastest of 64×64, 128×64, 128×32, 64×32 (2 or 3 stages) and 32×32 on the
     # H200 at bulk shapes (bench/results/omnivoice_bench.md).
-    def __init__(self, model: OmniVoiceModel, block_m: int = 64, block_n: int = 32, num_stages: int = 3) -> None:
+    # fuse_rope: q/k RMSNorm + RoPE applied inside the attention kernel as tiles load (28 fewer launches and
+    # one read+write pass over q/k less per step) instead of a separate kernel.
+    def __init__(self, model: OmniVoiceModel, block_m: int = 64, block_n: int = 32, num_stages: int = 3,
+                 fuse_rope: bool = True) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -50,6 +53,8 @@ class FusedBackbone:
         self.head_dim = cfg["head_dim"]
         self.inter = cfg["intermediate_size"]
         self.block_m, self.block_n, self.num_stages = block_m, block_n, num_stages
+        # The split rope dots need K = head_dim / 2 ≥ 16 on tensor cores (tiny test models have head_dim 16).
+        self.fuse_rope = fuse_rope and self.head_dim >= 32
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
@@ -74,7 +79,8 @@ class FusedBackbone:
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         mm_dtype = self.final_norm.dtype
         cos_table, sin_table = self.llm.rope_tables(max_seqlen, torch.float32)
-        cos, sin = cos_table[positions], sin_table[positions]  # [N, D] fp32
+        if not self.fuse_rope:
+            cos, sin = cos_table[positions], sin_table[positions]  # [N, D] fp32
         tiles = k.attention_tiles(cu_seqlens, k.max_attention_tiles(n, cu_seqlens.numel() - 1, self.block_m),
                                   self.block_m)
         # Zeroed once: padding tokens are in no row, so attention never writes them; keep them finite.
@@ -85,9 +91,14 @@ class FusedBackbone:
         for i, w in enumerate(self.layers):
             qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
             q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
-            k.qk_norm_rope(q, kk, w["qn"], w["kn"], cos, sin, self.eps)
-            k.varlen_attention(q, kk, v, cu_seqlens, max_seqlen, out=attn, tiles=tiles, block_m=self.block_m,
-                               block_n=self.block_n, num_stages=self.num_stages)
+            if self.fuse_rope:
+                k.varlen_attention_rope(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions,
+                                        cos_table, sin_table, self.eps, out=attn, block_m=self.block_m,
+                                        block_n=self.block_n, num_stages=self.num_stages)
+            else:
+                k.qk_norm_rope(q, kk, w["qn"], w["kn"], cos, sin, self.eps)
+                k.varlen_attention(q, kk, v, cu_seqlens, max_seqlen, out=attn, tiles=tiles, block_m=self.block_m,
+                                   block_n=self.block_n, num_stages=self.num_stages)
             o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
@@ -164,7 +175,7 @@ class StepRunner:
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
-                 fused_scoring: bool | None = None, head_tf32: bool = True, max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
+                 fused_scoring: bool | None = None, head_tf32: bool = True, fuse_rope: bool = True, max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
                  batch_buckets: tuple[int, ...] = BATCH_BUCKETS) -> None:
         cuda = model.device.type == "cuda"
@@ -173,7 +184,7 @@ class StepRunner:
         self.use_graphs = cuda if use_graphs is None else use_graphs
         if self.use_graphs and not cuda:
             raise ValueError("CUDA graphs need a CUDA model")
-        self.fused = FusedBackbone(model) if self.use_fused else None
+        self.fused = FusedBackbone(model, fuse_rope=fuse_rope) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         self.head_tf32 = head_tf32
         self._head_weight: torch.Tensor | None = None

@@ -175,3 +175,28 @@ def test_kernels_at_omnivoice_size_on_gpu() -> None:
     ref_out, ref_res = kernels.add_rms_norm_ref(x.double(), r.double(), w.double(), 1e-6)
     out2, res2 = kernels.add_rms_norm(x, r, w, 1e-6)
     assert rel_err(out2, ref_out) < 1.5e-2 and rel_err(res2, ref_res) < 1.5e-2
+
+
+@pytest.mark.parametrize("dtype", ATTN_DTYPES)
+def test_varlen_attention_rope_equals_norm_rope_then_attention(dtype: torch.dtype) -> None:
+    g = gen(9)
+    num_q, num_kv, head_dim = 4, 2, 32
+    lens = [37, 5, 70]
+    num_tokens = sum(lens)
+    positions = torch.cat([torch.arange(n) for n in lens]).to(DEVICE)
+    qkv = (2 * torch.randn(num_tokens, (num_q + 2 * num_kv) * head_dim, generator=g)).to(DEVICE, dtype)
+    heads = qkv.view(num_tokens, num_q + 2 * num_kv, head_dim)
+    q, k, v = heads[:, :num_q], heads[:, num_q:num_q + num_kv], heads[:, num_q + num_kv:]
+    qw = (1 + 0.2 * torch.randn(head_dim, generator=g)).to(DEVICE, dtype)
+    kw = (1 + 0.2 * torch.randn(head_dim, generator=g)).to(DEVICE, dtype)
+    cos_t, sin_t = kernels.rope_cos_sin(torch.arange(128, device=DEVICE), head_dim, 1e6, torch.float32)
+    cu = _cu(lens + [0])
+    tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(num_tokens, 4, 64), 64)
+    raw = qkv.clone()
+    out = torch.full_like(q, float("nan"))
+    kernels.varlen_attention_rope(q, k, v, cu, max(lens), tiles, qw, kw, positions, cos_t, sin_t, 1e-6, out=out)
+    assert torch.equal(qkv, raw), "q and k are read, not rewritten"
+    rq, rk = kernels.qk_norm_rope_ref(q.double(), k.double(), qw.double(), kw.double(), cos_t[positions].double(),
+                                      sin_t[positions].double(), 1e-6)
+    ref = kernels.varlen_attention_ref(rq, rk, v.double(), cu, max(lens))
+    assert rel_err(out, ref) < tol(dtype)

@@ -55,11 +55,13 @@ def test_padded_bucket_step_equals_model_step(model_fp32: OmniVoiceModel) -> Non
     assert revealed > 0
 
 
-def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32: OmniVoiceModel) -> None:
+@pytest.mark.parametrize("fuse_rope", [True, False])
+def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32: OmniVoiceModel,
+                                               fuse_rope: bool) -> None:
     if torch.cuda.is_available():  # compiled kernels need CUDA tensors
         model_fp32 = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device="cuda",
                                                     load_codec=False)
-    fused = FusedBackbone(model_fp32, block_m=16)
+    fused = FusedBackbone(model_fp32, block_m=16, fuse_rope=fuse_rope)
     # Few tokens: Triton's interpreter runs every program in Python (~10 ms each) on CPU.
     lens = [7, 12, 5, 9]
     cu = torch.tensor([0, 7, 19, 24, 33], dtype=torch.int32)

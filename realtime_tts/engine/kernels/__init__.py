@@ -9,6 +9,7 @@ from realtime_tts.engine.kernels.attention import (
     max_attention_tiles,
     varlen_attention,
     varlen_attention_ref,
+    varlen_attention_rope,
 )
 from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
 from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
@@ -31,4 +32,5 @@ __all__ = [
     "silu_mul_ref",
     "varlen_attention",
     "varlen_attention_ref",
+    "varlen_attention_rope",
 ]

@@ -80,6 +80,106 @@ def _varlen_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr,
              out.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < seqlen)
 
 
+@triton.jit
+def _norm_rope_kt(k_base, stride_kt, tok_n, valid, offs_h, kw1, kw2, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps,
+                  HEAD_DIM: tl.constexpr):
+    """K block transposed, [HALF, BLOCK_N] per half: RMSNorm over the head dim × weight, then rotate."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    dt = k_base.dtype.element_ty
+    k1 = tl.load(k_base + tok_n[None, :] * stride_kt + offs_h[:, None], mask=valid[None, :], other=0.0)
+    k2 = tl.load(k_base + tok_n[None, :] * stride_kt + HALF + offs_h[:, None], mask=valid[None, :], other=0.0)
+    k1 = k1.to(tl.float32)
+    k2 = k2.to(tl.float32)
+    rstd = (1.0 / tl.sqrt((tl.sum(k1 * k1, 0) + tl.sum(k2 * k2, 0)) / HEAD_DIM + eps))[None, :]
+    n1 = ((k1 * rstd).to(dt).to(tl.float32) * kw1).to(dt).to(tl.float32)
+    n2 = ((k2 * rstd).to(dt).to(tl.float32) * kw2).to(dt).to(tl.float32)
+    pos = tl.load(pos_ptr + tok_n, mask=valid, other=0)
+    c = tl.load(cos_ptr + pos[None, :] * stride_tab + offs_h[:, None])  # both halves share the angles
+    s = tl.load(sin_ptr + pos[None, :] * stride_tab + offs_h[:, None])
+    return (n1 * c - n2 * s).to(dt), (n2 * c + n1 * s).to(dt)
+
+
+@triton.jit
+def _attend_block_rope(rq1, rq2, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n, offs_h, offs_d,
+                       kw1, kw2, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps, qk_scale_log2, m_i, l_i, acc,
+                       HEAD_DIM: tl.constexpr):
+    cols = n0 + offs_n
+    valid = cols < seqlen
+    tok_n = (start + cols).to(tl.int64)
+    rk1, rk2 = _norm_rope_kt(k_base, stride_kt, tok_n, valid, offs_h, kw1, kw2, pos_ptr, cos_ptr, sin_ptr,
+                             stride_tab, eps, HEAD_DIM)
+    s = (tl.dot(rq1, rk1) + tl.dot(rq2, rk2)) * qk_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
+    s = tl.where(valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_base + tok_n[:, None] * stride_vt + offs_d[None, :], mask=valid[:, None], other=0.0)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _varlen_rope_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_ptr, kw_ptr, pos_ptr, cos_ptr,
+                            sin_ptr, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
+                            stride_oh, stride_tab, eps, qk_scale_log2,
+                            STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """_varlen_fwd_kernel on RAW q/k projections: per-head RMSNorm × weight and RoPE are applied as the tiles
+    are loaded (the eager layers' roundings), so no separate pass writes q and k back."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    row = tl.load(tiles_ptr + 2 * tl.program_id(0))
+    m_block = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
+    if row < 0:
+        return
+    head = tl.program_id(2)
+    start = tl.load(cu_ptr + row)
+    seqlen = tl.load(cu_ptr + row + 1) - start
+    if m_block * BLOCK_M >= seqlen:
+        return
+    kv_head = head // GROUP
+    dt = q_ptr.dtype.element_ty
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_h = tl.arange(0, HALF)
+    offs_d = tl.arange(0, HEAD_DIM)
+    m_valid = offs_m < seqlen
+    tok_m = (start + offs_m).to(tl.int64)
+    q_base = q_ptr + tok_m[:, None] * stride_qt + head * stride_qh + offs_h[None, :]
+    q1 = tl.load(q_base, mask=m_valid[:, None], other=0.0).to(tl.float32)  # [BLOCK_M, HALF]
+    q2 = tl.load(q_base + HALF, mask=m_valid[:, None], other=0.0).to(tl.float32)
+    rstd = (1.0 / tl.sqrt((tl.sum(q1 * q1, 1) + tl.sum(q2 * q2, 1)) / HEAD_DIM + eps))[:, None]
+    qw1 = tl.load(qw_ptr + offs_h).to(tl.float32)[None, :]
+    qw2 = tl.load(qw_ptr + HALF + offs_h).to(tl.float32)[None, :]
+    n1 = ((q1 * rstd).to(dt).to(tl.float32) * qw1).to(dt).to(tl.float32)
+    n2 = ((q2 * rstd).to(dt).to(tl.float32) * qw2).to(dt).to(tl.float32)
+    pos = tl.load(pos_ptr + tok_m, mask=m_valid, other=0)
+    c = tl.load(cos_ptr + pos[:, None] * stride_tab + offs_h[None, :])
+    s = tl.load(sin_ptr + pos[:, None] * stride_tab + offs_h[None, :])
+    rq1 = (n1 * c - n2 * s).to(dt)
+    rq2 = (n2 * c + n1 * s).to(dt)
+    kw1 = tl.load(kw_ptr + offs_h).to(tl.float32)[:, None]
+    kw2 = tl.load(kw_ptr + HALF + offs_h).to(tl.float32)[:, None]
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    k_base = k_ptr + kv_head * stride_kh
+    v_base = v_ptr + kv_head * stride_vh
+    if STATIC_N_END == 0:
+        for n0 in range(0, seqlen, BLOCK_N):
+            m_i, l_i, acc = _attend_block_rope(rq1, rq2, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0,
+                                               offs_n, offs_h, offs_d, kw1, kw2, pos_ptr, cos_ptr, sin_ptr,
+                                               stride_tab, eps, qk_scale_log2, m_i, l_i, acc, HEAD_DIM)
+    else:
+        for n0 in range(0, STATIC_N_END, BLOCK_N):
+            m_i, l_i, acc = _attend_block_rope(rq1, rq2, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0,
+                                               offs_n, offs_h, offs_d, kw1, kw2, pos_ptr, cos_ptr, sin_ptr,
+                                               stride_tab, eps, qk_scale_log2, m_i, l_i, acc, HEAD_DIM)
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + tok_m[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=m_valid[:, None])
+
+
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -132,6 +232,30 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, USE_TILES=tiles is not None,
         num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
+def varlen_attention_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                          max_seqlen: int, tiles: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                          positions: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor, eps: float,
+                          scale: float | None = None, out: torch.Tensor | None = None, block_m: int = 64,
+                          block_n: int = 32, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
+    """varlen_attention(qk_norm_rope(q, k)) in one kernel: q/k are the raw projections (not modified);
+    positions [num_tokens] index cos/sin tables [max_position, head_dim] (rotate-half layout, fp32)."""
+    num_tokens, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    assert num_q_heads % num_kv_heads == 0 and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
+    assert cos_table.stride(1) == 1 and sin_table.stride(1) == 1 and cos_table.stride(0) == sin_table.stride(0)
+    out = torch.empty_like(q) if out is None else out
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    if cu_seqlens.numel() <= 1 or max_seqlen <= 0:
+        return out
+    _varlen_rope_fwd_kernel[(tiles.shape[0], 1, num_q_heads)](
+        q, k, v, out, cu_seqlens, tiles, q_weight, k_weight, positions, cos_table, sin_table,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), cos_table.stride(0), eps, scale * 1.4426950408889634,
+        STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
     return out
 
 

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -244,7 +244,7 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
             raise BadRequest(str(e), field="response_format") from None
         return Response(body, media_type=audio.MEDIA_TYPES[fmt], headers=_headers(synth, req, partial=False))
 
-    async def byte_stream() -> AsyncIterator[bytes]:
+    async def byte_stream() -> AsyncGenerator[bytes, None]:
         async with synth:
             if fmt in audio.STREAMABLE_FORMATS:
                 header = audio.wav_header(synth.sample_rate) if fmt == "wav" else b""
@@ -265,18 +265,22 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
         first = b""
     headers = _headers(synth, req, partial=True)
 
-    async def rest() -> AsyncIterator[bytes]:
-        if first:
-            yield first
-        async for chunk in chunks:
-            yield chunk
+    async def rest() -> AsyncGenerator[bytes, None]:
+        # aclosing: a client that goes away closes this generator, which must close (and abort) the synthesis
+        # now, not whenever the garbage collector finalises it.
+        async with contextlib.aclosing(chunks):
+            if first:
+                yield first
+            async for chunk in chunks:
+                yield chunk
 
     if not sse:
         return StreamingResponse(rest(), media_type=audio.MEDIA_TYPES[fmt], headers=headers)
 
     async def events() -> AsyncIterator[str]:
-        async for chunk in rest():
-            yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()})
+        async with contextlib.aclosing(rest()) as audio_chunks:
+            async for chunk in audio_chunks:
+                yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()})
         usage = {"input_tokens": synth.num_chars, "output_tokens": synth.samples_out,
                  "total_tokens": synth.num_chars + synth.samples_out}
         yield _sse({"type": "speech.audio.done", "usage": usage, "sample_rate": synth.sample_rate,

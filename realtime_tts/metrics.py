@@ -53,10 +53,13 @@ class Metrics:
         self.ws_closes_total = Counter(p + "ws_closes_total", "WebSocket closes by close code.", ["code"],
                                        registry=r)
 
-    def watch_pool(self, engine: str, size: Callable[[], float], idle: Callable[[], float]) -> None:
-        """Pool gauges read at scrape time from the engine (cheap, lock-free reads)."""
+    def watch_pool(self, engine: str, size: Callable[[], float], idle: Callable[[], float],
+                   queued: Callable[[], float]) -> None:
+        """Pool gauges read at scrape time from the engine (cheap, lock-free reads). queue_depth is labelled
+        by engine here; engines with several workers may add per-worker series."""
         self.pool_size.labels(engine=engine).set_function(size)
         self.pool_idle.labels(engine=engine).set_function(idle)
+        self.queue_depth.labels(worker=engine).set_function(queued)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -413,7 +413,8 @@ class Service:
         self.metrics = metrics
         for name, engine in pool.engines.items():
             metrics.watch_pool(name, (lambda e=engine: float(e.load().pool_size)),  # type: ignore[misc]
-                               (lambda e=engine: float(e.load().idle)))  # type: ignore[misc]
+                               (lambda e=engine: float(e.load().idle)),  # type: ignore[misc]
+                               (lambda e=engine: float(e.load().queued_segments)))  # type: ignore[misc]
 
     def engine_for(self, params: Params) -> Engine:
         return self.pool.route(params.model, params.voice_mode)

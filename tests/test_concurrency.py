@@ -68,6 +68,10 @@ def test_cancel_and_disconnect_leave_no_work_behind(server: Server) -> None:
         with connect(f"{server.ws}/v1/stream", max_queue=None) as ws:  # keeps reading: a quick close
             ws.send(json.dumps({"text": long}))
             assert isinstance(ws.recv(timeout=30), bytes)
+    for fmt in ("wav", "pcm"):  # HTTP clients that hang up mid-stream
+        with httpx.stream("POST", f"{server.http}/v1/audio/speech", json={"input": long, "response_format": fmt},
+                          timeout=30) as r:
+            next(r.iter_bytes())
     cpu = _engine_idle(server)
     assert cpu["idle"] == cpu["pool_size"]
     metrics = httpx.get(f"{server.http}/metrics").text

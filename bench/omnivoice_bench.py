@@ -109,6 +109,20 @@ def bench_kernels(out_dir: Path) -> None:
                           return_mode="median")
             rec[f"triton_{bm}x{bn}w{w}s{st}_ms"] = round(ms, 4)
             rec[f"triton_{bm}x{bn}w{w}s{st}_tflops"] = round(flops / ms / 1e9, 1)
+        # q/k norm + rope: separate kernel then attention, vs fused into the attention kernel
+        w = torch.ones(128, device="cuda", dtype=torch.bfloat16)
+        cos_t, sin_t = kernels.rope_cos_sin(torch.arange(4096, device="cuda"), 128, 1e6, torch.float32)
+        pos = torch.cat([torch.arange(x, device="cuda") for x in lens])
+        tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(n, len(lens), 64), 64)
+        cos_n, sin_n = cos_t[pos], sin_t[pos]
+
+        def split() -> None:
+            kernels.qk_norm_rope(q, k, w, w, cos_n, sin_n, 1e-6)
+            kernels.varlen_attention(q, k, v, cu, max(lens), tiles=tiles, block_n=32, num_stages=3)
+
+        rec["rope_then_attn_ms"] = round(do_bench(split, return_mode="median"), 4)
+        rec["rope_fused_attn_ms"] = round(do_bench(lambda: kernels.varlen_attention_rope(
+            q, k, v, cu, max(lens), tiles, w, w, pos, cos_t, sin_t, 1e-6), return_mode="median"), 4)
         try:
             from torch.nn.attention.varlen import varlen_attn
             kr, vr = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)

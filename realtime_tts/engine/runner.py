@@ -67,9 +67,15 @@ class FusedBackbone:
                 "down": m.down_proj.weight,
             })
         self.final_norm = llm.norm.weight
+        self.text_table, self.audio_table = llm.embed_tokens.weight, model.audio_embeddings.weight
+        self.audio_vocab = model.audio_vocab
+
+    def embed(self, ids: torch.Tensor, audio_mask: torch.Tensor) -> torch.Tensor:
+        """model.embed in one kernel → fp32 [N, H] (a fresh buffer: __call__ may update it in place)."""
+        return self.k.embed(ids, audio_mask, self.text_table, self.audio_table, self.audio_vocab)
 
     def __call__(self, embeds: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
-                 max_seqlen: int) -> torch.Tensor:
+                 max_seqlen: int, consume: bool = False) -> torch.Tensor:
         """embeds [N, H] → hidden [N, H] after the final norm, in embeds' dtype. As the model does: the residual
         stream keeps embeds' dtype (fp32), the matmuls run in the weights' dtype, rope angles are fp32.
         Tokens past cu_seqlens[-1] are padding: computed row-locally, never attended to, so they cannot
@@ -85,7 +91,8 @@ class FusedBackbone:
                                   self.block_m)
         # Zeroed once: padding tokens are in no row, so attention never writes them; keep them finite.
         attn = torch.zeros(n, hq, d, dtype=mm_dtype, device=embeds.device)  # [N, Hq, D]
-        residual = embeds.clone()  # [N, H], updated in place by the fused add+norm
+        # [N, H], updated in place by the fused add+norm (consume: the caller hands embeds over)
+        residual = embeds if consume else embeds.clone()
         x = k.rms_norm(residual, self.layers[0]["ln1"], self.eps,
                        out=torch.empty(n, residual.shape[1], dtype=mm_dtype, device=embeds.device))
         for i, w in enumerate(self.layers):
@@ -208,10 +215,11 @@ class StepRunner:
         """One step on a packed batch → (new tokens [B, 8, Tmax], new step [B]); batch is not modified.
         The same work as decoding.step_packed, with the fused backbone when enabled."""
         model = self.model
-        embeds = model.embed(batch.ids, batch.audio_mask)  # [N, H]
         if self.fused is not None:
-            hidden = self.fused(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen)
+            embeds = self.fused.embed(batch.ids, batch.audio_mask)  # [N, H] fp32
+            hidden = self.fused(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, consume=True)
         else:
+            embeds = model.embed(batch.ids, batch.audio_mask)
             hidden = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention)
         cls_noise, pos_noise = decoding._item_noise(batch, model.audio_vocab)
         if self.fused_scoring and cls_noise is None:

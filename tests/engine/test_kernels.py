@@ -200,3 +200,19 @@ def test_varlen_attention_rope_equals_norm_rope_then_attention(dtype: torch.dtyp
                                       sin_t[positions].double(), 1e-6)
     ref = kernels.varlen_attention_ref(rq, rk, v.double(), cu, max(lens))
     assert rel_err(out, ref) < tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embed_matches_reference(dtype: torch.dtype) -> None:
+    g = gen(10)
+    hidden, vocab, audio_vocab = 48, 1300, 1025
+    text = torch.randn(vocab, hidden, generator=g).to(DEVICE, dtype)
+    audio = torch.randn(8 * audio_vocab, hidden, generator=g).to(DEVICE, dtype)
+    num_tokens = 23
+    audio_mask = (torch.arange(num_tokens) >= 9).to(DEVICE)
+    ids = torch.randint(0, audio_vocab, (8, num_tokens), generator=g).to(DEVICE)
+    ids[:, :9] = torch.randint(0, vocab, (9,), generator=g).to(DEVICE)  # text positions: one id on all 8 rows
+    out = kernels.embed(ids, audio_mask, text, audio, audio_vocab)
+    ref = kernels.embed_ref(ids, audio_mask, text.double(), audio.double(), audio_vocab)
+    assert out.dtype == torch.float32
+    assert rel_err(out, ref) < 1e-6

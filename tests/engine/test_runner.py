@@ -72,6 +72,10 @@ def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32
     with torch.inference_mode():
         ref = model_fp32.llm(embeds, positions, cu, max(lens), model_fp32.attention)
         out = fused(embeds, positions, cu, max(lens))
+    ids = torch.randint(0, 1025, (8, 33), generator=torch.Generator().manual_seed(1)).to(dev)
+    audio_mask = (torch.arange(33) % 3 != 0).to(dev)
+    ids[:, ~audio_mask] = ids[0, ~audio_mask]
+    assert torch.allclose(fused.embed(ids, audio_mask), model_fp32.embed(ids, audio_mask).float(), atol=1e-6)
     err = float((out - ref).norm() / ref.norm())
     assert err < (2e-3 if dev.type == "cuda" else 1e-4), err  # CUDA: tf32 dots in the attention kernel
 

@@ -11,6 +11,7 @@ from realtime_tts.engine.kernels.attention import (
     varlen_attention_ref,
     varlen_attention_rope,
 )
+from realtime_tts.engine.kernels.embed import embed, embed_ref
 from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
 from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
 from realtime_tts.engine.kernels.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
@@ -22,6 +23,8 @@ __all__ = [
     "add_rms_norm",
     "cfg_argmax",
     "cfg_argmax_ref",
+    "embed",
+    "embed_ref",
     "add_rms_norm_ref",
     "qk_norm_rope",
     "qk_norm_rope_ref",

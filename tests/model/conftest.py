@@ -33,3 +33,13 @@ def reference(tiny_ckpt: Path) -> Any:
         omnivoice = pytest.importorskip("omnivoice")
     logging.getLogger("omnivoice").setLevel(logging.ERROR)
     return omnivoice.OmniVoice.from_pretrained(str(tiny_ckpt), dtype=torch.float32, device_map="cpu")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread() -> Any:
+    """The tiny model's ops are far too small to share between threads; on a busy 2-core box OpenMP
+    threads spinning against each other made these tests ~5x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -109,11 +109,11 @@ def reference_comparison(ckpt: str, m32: OmniVoiceModel, m16: OmniVoiceModel, pr
     dev = m32.device
     cfg = OmniVoiceGenerationConfig(num_step=num_step)
     texts = [TEXT_6S, TEXT_6S, "A shorter one, three seconds."]
-    kw_a = dict(text=texts, language="en", instruct=["female, young adult, moderate pitch", None, None],
-                duration=[6.0, 6.0, 3.0])
+    kw_a = {"text": texts, "language": "en", "instruct": ["female, young adult, moderate pitch", None, None],
+            "duration": [6.0, 6.0, 3.0]}
     ref_prompt = VoiceClonePrompt(ref_audio_tokens=prompt.codes.to(dev), ref_text=prompt.ref_text,
                                   ref_rms=prompt.ref_rms)
-    kw_b = dict(text=[TEXT_6S], language="en", voice_clone_prompt=[ref_prompt], duration=[6.0])
+    kw_b = {"text": [TEXT_6S], "language": "en", "voice_clone_prompt": [ref_prompt], "duration": [6.0]}
 
     def ref_codes(model: object, seed: int) -> list:
         out = []
@@ -185,7 +185,7 @@ def main() -> None:
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     res: dict = {"command": " ".join([Path(sys.executable).name] + sys.argv), "date": datetime.datetime.now(
-        datetime.timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
+        datetime.UTC).isoformat(timespec="seconds"), "python": platform.python_version(),
         "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu"}
     import transformers
     res["transformers"] = transformers.__version__
@@ -215,8 +215,8 @@ def main() -> None:
     res["teacher_forced"] = teacher_forced(m32, m16, items32)
     rerun = m16.generate(items16)
     res["bf16_deterministic"] = all(torch.equal(a, b) for a, b in zip(c16, rerun))
-    print("AGREEMENT free-running %.4f teacher-forced %.4f" % (res["free_running"]["agreement"],
-                                                               res["teacher_forced"]["agreement"]), flush=True)
+    print(f"AGREEMENT free-running {res['free_running']['agreement']:.4f} "
+          f"teacher-forced {res['teacher_forced']['agreement']:.4f}", flush=True)
     try:
         res["reference"] = reference_comparison(args.ckpt, m32, m16, prompt, args.num_step)
         print("REFERENCE", json.dumps(res["reference"]), flush=True)

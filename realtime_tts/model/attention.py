@@ -6,6 +6,7 @@ offsets, max_seqlen, scale → [N, Hq, D]. Every row attends to itself only, bid
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -20,7 +21,7 @@ def sdpa_per_row(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: 
     out = torch.empty_like(q)  # [N, Hq, D]
     bounds = cu_seqlens.tolist()
     gqa = q.shape[1] != k.shape[1]
-    for start, end in zip(bounds[:-1], bounds[1:]):
+    for start, end in itertools.pairwise(bounds):
         qi = q[start:end].transpose(0, 1)  # [Hq, L, D]
         ki = k[start:end].transpose(0, 1)  # [Hkv, L, D]
         vi = v[start:end].transpose(0, 1)

@@ -53,7 +53,8 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [N, Hkv, D]
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         out = attn(q, k, v, cu_seqlens, max_seqlen, self.scale)  # [N, Hq, D]
-        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        projected: torch.Tensor = self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        return projected
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -73,7 +74,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(inter, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class Layer(nn.Module):
@@ -87,7 +89,8 @@ class Layer(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cu_seqlens: torch.Tensor,
                 max_seqlen: int, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cu_seqlens, max_seqlen, attn)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
 
 
 class Backbone(nn.Module):
@@ -112,8 +115,9 @@ class Backbone(nn.Module):
         if cache is None or cache[0].shape[0] < max_positions or cache[0].dtype != dtype \
                 or cache[0].device != self.inv_freq.device:
             size = max(max_positions, 4096)
-            pos = torch.arange(size, device=self.inv_freq.device).float()
-            freqs = pos[:, None] * self.inv_freq.float()[None, :]  # [P, D/2]
+            inv_freq: torch.Tensor = self.inv_freq  # type: ignore[assignment]
+            pos = torch.arange(size, device=inv_freq.device).float()
+            freqs = pos[:, None] * inv_freq.float()[None, :]  # [P, D/2]
             emb = torch.cat((freqs, freqs), dim=-1)  # [P, D]
             cache = (emb.cos().to(dtype), emb.sin().to(dtype))
             self._rope_cache = cache

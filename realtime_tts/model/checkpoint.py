@@ -175,7 +175,7 @@ def build_random_checkpoint(out_dir: str | os.PathLike[str], size: Size = "tiny"
     assert (ccfg.frame_rate, ccfg.num_quantizers, ccfg.hop_length, ccfg.codebook_size) == (25, 8, 960, 1024)
     torch.manual_seed(seed + 1)
     with torch.device(dev):
-        codec = HiggsAudioV2TokenizerModel(ccfg)
+        codec: Any = HiggsAudioV2TokenizerModel(ccfg)
     # The codebooks are zero-initialised buffers: random ones make encode/decode depend on the codes.
     cgen = torch.Generator(device=dev).manual_seed(seed + 2)
     with torch.no_grad():

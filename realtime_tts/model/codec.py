@@ -74,12 +74,13 @@ class Codec:
     def from_pretrained(cls, path: str | os.PathLike[str], device: str | torch.device = "cpu") -> Codec:
         from transformers import HiggsAudioV2TokenizerModel
 
-        model = HiggsAudioV2TokenizerModel.from_pretrained(str(Path(path)), dtype=torch.float32)
+        model: Any = HiggsAudioV2TokenizerModel.from_pretrained(str(Path(path)), dtype=torch.float32)
         return cls(model.to(device).eval().requires_grad_(False))
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        device: torch.device = next(self.model.parameters()).device
+        return device
 
     @torch.inference_mode()
     def decode(self, codes: list[torch.Tensor]) -> list[np.ndarray]:

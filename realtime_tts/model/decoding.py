@@ -197,7 +197,7 @@ def _reference_noise(batch: PackedBatch, k: torch.Tensor, vocab: int
 
 
 def _item_noise(batch: PackedBatch, vocab: int) -> tuple[torch.Tensor | None, torch.Tensor]:
-    num_b, _, t_max = batch.tokens.shape
+    t_max = batch.tokens.shape[2]
     dev = batch.tokens.device
     c = torch.arange(8, device=dev)[None, :, None]
     t = torch.arange(t_max, device=dev)[None, None, :]

@@ -88,7 +88,8 @@ class OmniVoiceModel(nn.Module):
         """ids [8, N] (text positions repeat the text id on all 8 rows), audio_mask [N] → fp32 [N, H].
         Audio positions sum the 8 codebook embeddings (table rows offset by c·1025)."""
         text = self.llm.embed_tokens(ids[0]).float()  # [N, H]
-        shifted = ids * audio_mask[None, :] + self.codebook_layer_offsets[:, None]  # [8, N]
+        offsets: torch.Tensor = self.codebook_layer_offsets  # type: ignore[assignment]
+        shifted = ids * audio_mask[None, :] + offsets[:, None]  # [8, N]
         # Summed in fp32: the result starts the fp32 residual stream.
         audio = self.audio_embeddings(shifted.t()).float().sum(dim=1)  # [N, 8, H] → [N, H]
         return torch.where(audio_mask[:, None], audio, text)
@@ -96,7 +97,8 @@ class OmniVoiceModel(nn.Module):
     def hidden(self, ids: torch.Tensor, audio_mask: torch.Tensor, positions: torch.Tensor,
                cu_seqlens: torch.Tensor, max_seqlen: int) -> torch.Tensor:
         """Packed forward to the final norm: → [N, H]."""
-        return self.llm(self.embed(ids, audio_mask), positions, cu_seqlens, max_seqlen, self.attention)
+        out: torch.Tensor = self.llm(self.embed(ids, audio_mask), positions, cu_seqlens, max_seqlen, self.attention)
+        return out
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., H] → fp32 logits [..., 8, 1025]. The head runs in fp32 whatever the model dtype: it reads
@@ -126,7 +128,8 @@ class OmniVoiceModel(nn.Module):
 
     def decode(self, codes: list[torch.Tensor]) -> list[Any]:
         """Code grids → float32 numpy waveforms at 24 kHz (960 samples per frame)."""
-        return self.codec.decode(codes)
+        waves: list[Any] = self.codec.decode(codes)
+        return waves
 
     def encode_prompt(self, audio: Any, sample_rate: int, ref_text: str, add_punctuation: bool = True) -> Any:
         """Reference recording → codec.ClonePrompt (codes + transcript + loudness)."""
@@ -136,4 +139,5 @@ class OmniVoiceModel(nn.Module):
 def _inv_freq(llm: dict[str, Any]) -> torch.Tensor:
     theta = float((llm.get("rope_parameters") or {}).get("rope_theta", llm.get("rope_theta", 10000.0)))
     dim = llm["head_dim"]
-    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    inv_freq: torch.Tensor = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    return inv_freq

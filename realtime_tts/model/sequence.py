@@ -77,8 +77,8 @@ def reveal_schedule(num_frames: int, num_step: int, t_shift: float, num_codebook
     """Positions to unmask per step: t = linspace(0, 1, N+1) shifted by t' = s·t / (1 + (s−1)·t) (in fp32,
     as the released schedule), step k reveals ceil(8T·(t'_{k+1} − t'_k)) capped by what is left, the last
     step everything left."""
-    t = torch.linspace(0.0, 1.0, num_step + 1)
-    t = (t_shift * t / (1 + (t_shift - 1) * t)).tolist()
+    lin = torch.linspace(0.0, 1.0, num_step + 1)
+    t = (t_shift * lin / (1 + (t_shift - 1) * lin)).tolist()
     total = left = num_frames * num_codebooks
     counts = []
     for k in range(num_step):

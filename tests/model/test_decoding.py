@@ -138,6 +138,8 @@ def test_too_short_reference_is_a_bad_request(ours: OmniVoiceModel) -> None:
 @pytest.mark.parametrize("kwargs,field", [
     ({"instruct": "robot"}, "instruct"), ({"params": DecodeParams(num_step=0)}, "num_step"),
     ({"params": DecodeParams(guidance_scale=-1)}, "guidance_scale"), ({"text": "  "}, "text"),
+    ({"speed": 0.0}, "speed"), ({"speed": 9.0}, "speed"), ({"duration_s": 0.0}, "duration"),
+    ({"duration_s": 61.0}, "duration"), ({"text": "word " * 2000}, "text"),
 ])
 def test_prepare_rejects_bad_fields(ours: OmniVoiceModel, kwargs: dict[str, object], field: str) -> None:
     args: dict[str, object] = {"text": "Hello."} | kwargs

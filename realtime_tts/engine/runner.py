@@ -39,10 +39,12 @@ class FusedBackbone:
 
     # 64×32 tiles, 3 stages: the fastest of 64×64, 128×64, 128×32, 64×32 (2 or 3 stages) and 32×32 on the
     # H200 at bulk shapes (bench/results/omnivoice_bench.md).
-    # fuse_rope: q/k RMSNorm + RoPE applied inside the attention kernel as tiles load (28 fewer launches and
-    # one read+write pass over q/k less per step) instead of a separate kernel.
+    # fuse_rope: q/k RMSNorm + RoPE applied inside the attention kernel as tiles load (28 fewer launches per
+    # step) for forwards of at most fuse_rope_max_tokens tokens. Measured on the H200: at B=1 the fused kernel
+    # beats rope + attention, at B=64 (21k tokens) it is 1.5x slower (every K tile is re-normalised and
+    # re-rotated once per query tile and head), so large buckets keep the separate rope kernel.
     def __init__(self, model: OmniVoiceModel, block_m: int = 64, block_n: int = 32, num_stages: int = 3,
-                 fuse_rope: bool = True) -> None:
+                 fuse_rope: bool = True, fuse_rope_max_tokens: int = 2048) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -55,12 +57,14 @@ class FusedBackbone:
         self.block_m, self.block_n, self.num_stages = block_m, block_n, num_stages
         # The split rope dots need K = head_dim / 2 ≥ 16 on tensor cores (tiny test models have head_dim 16).
         self.fuse_rope = fuse_rope and self.head_dim >= 32
+        self.fuse_rope_max_tokens = fuse_rope_max_tokens
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
-            a, m = layer.self_attn, layer.mlp
+            layer_: Any = layer  # nn.ModuleList items are typed as Module
+            a, m = layer_.self_attn, layer_.mlp
             self.layers.append({
-                "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
+                "ln1": layer_.input_layernorm.weight, "ln2": layer_.post_attention_layernorm.weight,
                 "qkv": torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0).contiguous(),
                 "o": a.o_proj.weight, "qn": a.q_norm.weight, "kn": a.k_norm.weight,
                 "gate_up": torch.cat([m.gate_proj.weight, m.up_proj.weight], 0).contiguous(),
@@ -85,7 +89,8 @@ class FusedBackbone:
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         mm_dtype = self.final_norm.dtype
         cos_table, sin_table = self.llm.rope_tables(max_seqlen, torch.float32)
-        if not self.fuse_rope:
+        fuse_rope = self.fuse_rope and n <= self.fuse_rope_max_tokens
+        if not fuse_rope:
             cos, sin = cos_table[positions], sin_table[positions]  # [N, D] fp32
         tiles = k.attention_tiles(cu_seqlens, k.max_attention_tiles(n, cu_seqlens.numel() - 1, self.block_m),
                                   self.block_m)
@@ -98,7 +103,7 @@ class FusedBackbone:
         for i, w in enumerate(self.layers):
             qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
             q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
-            if self.fuse_rope:
+            if fuse_rope:
                 k.varlen_attention_rope(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions,
                                         cos_table, sin_table, self.eps, out=attn, block_m=self.block_m,
                                         block_n=self.block_n, num_stages=self.num_stages)
@@ -116,7 +121,8 @@ class FusedBackbone:
             else:  # the final norm's output stays in the residual dtype (the head reads it at that precision)
                 x, residual = k.add_rms_norm(mlp, residual, self.final_norm, self.eps,
                                              out=torch.empty_like(residual))
-        return x
+        out: torch.Tensor = x
+        return out
 
 
 def unmask(pred: torch.Tensor, conf: torch.Tensor, batch: PackedBatch, mask_id: int,
@@ -176,13 +182,16 @@ class _Graph:
 class StepRunner:
     """Runs decoding steps for a list of ItemStates (the role of realtime_tts.model.decoding.step).
 
-    use_fused: Triton backbone (CUDA; or anywhere under TRITON_INTERPRET). use_graphs: CUDA graphs per
-    bucket, captured on the first step that needs one (or ahead with capture()) while the card keeps
-    min_free_bytes free and fewer than max_graphs exist; anything else runs eagerly and counts as a miss.
+    use_fused: Triton backbone + one-pass embedding (CUDA; or anywhere under TRITON_INTERPRET).
+    fused_scoring: the CFG/argmax kernel and a TF32 audio head (head_tf32) instead of decoding.score's
+    fp32 tensors (not with class-temperature sampling). use_graphs: CUDA graphs per bucket, captured on the
+    first step that needs one (or ahead with capture()) while the card keeps min_free_bytes free and fewer
+    than max_graphs exist; anything else runs eagerly and counts as a miss (stats.miss_reasons says why).
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
-                 fused_scoring: bool | None = None, head_tf32: bool = True, fuse_rope: bool = True, max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
+                 fused_scoring: bool | None = None, head_tf32: bool = True, fuse_rope: bool = True,
+                 max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
                  batch_buckets: tuple[int, ...] = BATCH_BUCKETS) -> None:
         cuda = model.device.type == "cuda"
@@ -264,6 +273,7 @@ class StepRunner:
         t0 = time.perf_counter()
         ident = tuple(id(s) for s in live)
         last = self._last
+        graph: _Graph | None
         if last is not None and last[0] == ident and last[1] == [(s.step, id(s.tokens)) for s in live]:
             # Same states as the graphed step before, untouched since: the graph already advanced its
             # static inputs in place, so replay without packing.
@@ -334,7 +344,8 @@ class StepRunner:
     def decode(self, states_or_codes: list[Any]) -> list[Any]:
         """Finished code grids → waveforms, batched across items of equal length by the codec."""
         codes = [s.tokens if isinstance(s, ItemState) else s for s in states_or_codes]
-        return self.model.codec.decode(codes)
+        waves: list[Any] = self.model.codec.decode(codes)
+        return waves
 
     # --------------------------------------------------------------------------------------- buckets
     def bucket_for(self, batch: PackedBatch) -> BucketKey | str:
@@ -378,7 +389,7 @@ class StepRunner:
             return None
         t0 = time.perf_counter()
         static = self._static_batch(key)
-        stream = torch.cuda.Stream(self.model.device)
+        stream = torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(self.model.device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: Triton compilation, cuBLAS handles, allocator

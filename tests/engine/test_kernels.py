@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 
 triton = pytest.importorskip("triton")
 
-from realtime_tts.engine import kernels  # noqa: E402
+from realtime_tts.engine import kernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]

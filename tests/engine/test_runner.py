@@ -11,8 +11,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # the fused backbone's kernels run in Triton's interpreter on CPU
 
-from realtime_tts.engine.runner import BucketKey, FusedBackbone, StepRunner  # noqa: E402
-from realtime_tts.model import OmniVoiceModel, decoding, prepare  # noqa: E402
+from realtime_tts.engine.runner import BucketKey, FusedBackbone, StepRunner
+from realtime_tts.model import OmniVoiceModel, decoding, prepare
 
 TEXTS = ["Hello there, how are you today?", "A short one.", "The quick brown fox jumps over the lazy dog twice."]
 

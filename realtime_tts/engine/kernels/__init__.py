@@ -13,19 +13,19 @@ from realtime_tts.engine.kernels.attention import (
 )
 from realtime_tts.engine.kernels.embed import embed, embed_ref
 from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
-from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
 from realtime_tts.engine.kernels.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
+from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
 from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 
 __all__ = [
-    "attention_tiles",
-    "max_attention_tiles",
     "add_rms_norm",
+    "add_rms_norm_ref",
+    "attention_tiles",
     "cfg_argmax",
     "cfg_argmax_ref",
     "embed",
     "embed_ref",
-    "add_rms_norm_ref",
+    "max_attention_tiles",
     "qk_norm_rope",
     "qk_norm_rope_ref",
     "rms_norm",

@@ -4,9 +4,12 @@ q [num_tokens, num_q_heads, head_dim], k/v [num_tokens, num_kv_heads, head_dim];
 cu_seqlens[r]:cu_seqlens[r+1] and attends to exactly those (no mask across rows, no causality). Trailing rows
 of length 0 are allowed, so a CUDA graph can be captured for a maximum row count and replayed for fewer.
 """
+# @triton.jit kernels are untyped by nature:
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -212,7 +215,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     (max_seqlen / block_m, num_rows) grid with early exits. Returns o [num_tokens, num_q_heads, head_dim]
     (rows' tokens only; tokens past cu_seqlens[-1] are left as they were in `out`).
     """
-    num_tokens, num_q_heads, head_dim = q.shape
+    _, num_q_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     assert num_q_heads % num_kv_heads == 0 and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
     assert head_dim in (16, 32, 64, 128, 256), "head_dim must be a power of two in 16..256"
@@ -242,7 +245,7 @@ def varlen_attention_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
                           block_n: int = 32, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
     """varlen_attention(qk_norm_rope(q, k)) in one kernel: q/k are the raw projections (not modified);
     positions [num_tokens] index cos/sin tables [max_position, head_dim] (rotate-half layout, fp32)."""
-    num_tokens, num_q_heads, head_dim = q.shape
+    _, num_q_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     assert num_q_heads % num_kv_heads == 0 and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
     assert cos_table.stride(1) == 1 and sin_table.stride(1) == 1 and cos_table.stride(0) == sin_table.stride(0)
@@ -265,7 +268,7 @@ def varlen_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
     group = q.shape[1] // k.shape[1]
     out = torch.zeros_like(q)
     bounds = cu_seqlens.tolist()
-    for start, end in zip(bounds[:-1], bounds[1:]):
+    for start, end in itertools.pairwise(bounds):
         if end <= start:
             continue
         qr = q[start:end].transpose(0, 1)  # [heads, len, head_dim]

@@ -3,6 +3,8 @@
 Rounding follows the Qwen3 eager layers: the residual sum is rounded to the activation dtype before it is
 normalised, the normalised value is rounded before the weight multiply.
 """
+# @triton.jit kernels are untyped by nature:
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
 
 from __future__ import annotations
 

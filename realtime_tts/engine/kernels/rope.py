@@ -4,6 +4,8 @@ q [num_tokens, num_q_heads, head_dim] and k [num_tokens, num_kv_heads, head_dim]
 qkv projection output (any token and head stride, unit element stride). cos/sin are [num_tokens, head_dim]
 in the rotate-half layout (both halves carry the same angles), as rope_cos_sin builds them.
 """
+# @triton.jit kernels are untyped by nature:
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ the cond/uncond log-softmaxes, a second log-softmax, MASK excluded, argmax token
 Reads the audio head's logits in their own dtype (bf16) and computes in fp32, so the [B, 8, T, 1025] fp32
 intermediates of the plain version never touch memory. Argmax ties resolve to the lowest id, as torch's do.
 """
+# @triton.jit kernels are untyped by nature:
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
 
 from __future__ import annotations
 

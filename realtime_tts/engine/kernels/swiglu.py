@@ -2,6 +2,8 @@
 
 Pass the two halves of one fused gate_up projection output, or two separate projection outputs.
 """
+# @triton.jit kernels are untyped by nature:
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from realtime_tts import audio, protocol
 from realtime_tts.config import Config
 from realtime_tts.engine.pool import EnginePool
-from realtime_tts.errors import BadRequest, PayloadTooLarge, TTSError
+from realtime_tts.errors import BadRequest, IdleTimeout, PayloadTooLarge, TTSError
 from realtime_tts.metrics import CONTENT_TYPE, Metrics
 from realtime_tts.protocol import SpeechRequest, Warnings
 from realtime_tts.service import AudioFrame, SegmentEnded, SegmentStarted, Service, Synthesis
@@ -152,9 +152,17 @@ class SimpleSession:
             await self._send_json(ws_error_frame(e))
             await self.ws.close(close_code(e), reason=_reason(e.message))
 
-    async def _receive(self) -> dict[str, Any] | None:
-        """The next frame as a JSON object; None when the client has gone."""
-        msg = await self.ws.receive()
+    async def _receive(self, *, idle_timeout: bool = True) -> dict[str, Any] | None:
+        """The next frame as a JSON object; None when the client has gone. With idle_timeout, a client that
+        sends nothing for ws_idle_timeout_s while we wait on it is closed (4008)."""
+        limit = self.app.config.server.ws_idle_timeout_s
+        if idle_timeout and limit > 0:
+            try:
+                msg = await asyncio.wait_for(self.ws.receive(), limit)
+            except TimeoutError:
+                raise IdleTimeout(f"no frame received for {limit:g} s") from None
+        else:
+            msg = await self.ws.receive()
         if msg["type"] == "websocket.disconnect":
             self.disconnected = True
             return None
@@ -164,7 +172,8 @@ class SimpleSession:
     async def _read(self, synth: Synthesis) -> None:
         try:
             while True:
-                obj = await self._receive()
+                # /v1/stream needs nothing after its request; /v1/stream/text needs text until "end".
+                obj = await self._receive(idle_timeout=self.incremental and not synth.ended)
                 if obj is None:
                     synth.cancel("disconnect")
                     return

@@ -27,6 +27,8 @@ class ServerConfig:
     port: int = _doc("TCP port to bind.", default=8000)
     log_level: str = _doc("uvicorn/log level: debug, info, warning, error.", default="info")
     max_ws_message_bytes: int = _doc("Largest WebSocket frame accepted (close 1009 above).", default=1 << 20)
+    ws_idle_timeout_s: float = _doc("Close a WebSocket (4008) that sends nothing this long while the server "
+                                    "waits for its request or more text; 0 = never.", default=120.0)
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(msg)
 
     check(0 < cfg.server.port < 65536, f"port must be 1..65535, got {cfg.server.port}")
+    check(cfg.server.ws_idle_timeout_s >= 0, f"ws_idle_timeout_s must be >= 0, got {cfg.server.ws_idle_timeout_s}")
     check(cfg.cpu.cpu_workers >= 0, f"cpu_workers must be >= 0, got {cfg.cpu.cpu_workers}")
     check(cfg.cpu.cpu_threads_per_worker >= 1,
           f"cpu_threads_per_worker must be >= 1, got {cfg.cpu.cpu_threads_per_worker}")

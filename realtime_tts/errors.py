@@ -87,6 +87,14 @@ class EngineDead(EngineUnavailable):
     code = "engine_dead"
 
 
+class IdleTimeout(TTSError):
+    """A WebSocket client sent nothing for too long while the server waited for it."""
+
+    status = 408
+    close_code = 4008
+    code = "idle_timeout"
+
+
 class Cancelled(TTSError):
     """The request was cancelled by the client (not an error on the wire; a terminal reason)."""
 

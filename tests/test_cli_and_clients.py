@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from live_server import REPO, SAMPLE_RATE, Server, assert_speech, start_server, stop_server
+from live_server import REPO, SAMPLE_RATE, Server, assert_speech, start_server, stop_server, ws_exchange
 
 from realtime_tts import cli, config
 
@@ -25,11 +25,16 @@ def test_every_config_field_has_a_flag() -> None:
 
 def test_env_is_read_and_flags_win(tmp_path: Path) -> None:
     env = {"REALTIME_TTS_CPU_WORKERS": "2", "REALTIME_TTS_MAX_TEXT_CHARS": "10"}
-    srv = start_server(tmp_path, "--cpu-workers", "1", env=env)
+    srv = start_server(tmp_path, "--cpu-workers", "1", "--ws-idle-timeout-s", "0.5", env=env)
     try:
         assert httpx.get(srv.http + "/health").json()["engines"]["cpu"]["pool_size"] == 1  # the flag won
         r = httpx.post(srv.http + "/v1/synth", json={"text": "Longer than ten characters."})
         assert r.status_code == 400 and "at most 10" in r.json()["error"]["message"]  # the env was read
+        # idle clients are closed with 4008: one that never sends its request, one that stops sending text
+        silent = ws_exchange(f"{srv.ws}/v1/stream", [], timeout=10)
+        stalled = ws_exchange(f"{srv.ws}/v1/stream/text", [{"seed": 1}, {"text": "Hi. "}], timeout=10)
+        for w in (silent, stalled):
+            assert w.close_code == 4008 and w.texts[-1]["code"] == "idle_timeout"
     finally:
         stop_server(srv)
 

@@ -85,6 +85,7 @@ class TextMessage:
 
 
 _TEXT_MESSAGE_FIELDS = frozenset({"text", "flush", "end", "cancel"})
+_MAX_WARNINGS = 16  # warnings travel in a header / the terminal frame: keep them short
 
 
 def loads_object(raw: str | bytes | None, *, max_bytes: int) -> dict[str, Any]:
@@ -101,6 +102,8 @@ def loads_object(raw: str | bytes | None, *, max_bytes: int) -> dict[str, Any]:
         obj = json.loads(raw)
     except json.JSONDecodeError as e:
         raise UnsupportedFrame(f"frame is not valid JSON: {e.msg} at position {e.pos}") from None
+    except RecursionError:
+        raise BadRequest("frame is nested too deeply", field="(frame)") from None
     if not isinstance(obj, dict):
         raise BadRequest(f"frame must be a JSON object, got {type(obj).__name__}", field="(frame)")
     return obj
@@ -114,6 +117,8 @@ def body_object(raw: bytes) -> dict[str, Any]:
         obj = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRequest(f"request body is not valid JSON: {e}", field="(body)") from None
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply", field="(body)") from None
     if not isinstance(obj, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(obj).__name__}", field="(body)")
     return obj
@@ -125,7 +130,10 @@ class _Reader:
     def __init__(self, obj: Mapping[str, Any], allowed: frozenset[str], coerce: bool):
         self.obj = obj
         self.coerce = coerce
-        self.warnings = tuple(f"unknown field {k!r} ignored" for k in obj if k not in allowed)
+        unknown = [k for k in obj if k not in allowed]
+        self.warnings = tuple(f"unknown field {k[:64]!r} ignored" for k in unknown[:_MAX_WARNINGS])
+        if len(unknown) > _MAX_WARNINGS:
+            self.warnings += (f"... and {len(unknown) - _MAX_WARNINGS} more unknown fields ignored",)
 
     def present(self, name: str) -> bool:
         return self.obj.get(name) is not None
@@ -332,5 +340,5 @@ class Warnings:
 
     def add(self, new: tuple[str, ...]) -> None:
         for w in new:
-            if w not in self.items:
+            if w not in self.items and len(self.items) < 2 * _MAX_WARNINGS:
                 self.items.append(w)

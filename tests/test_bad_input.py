@@ -64,6 +64,7 @@ def test_ws_bad_first_frame(server: Server, path: str, first: dict[str, object],
     ("{not json", 1003),
     ("", 1003),
     ("[1, 2]", 1008),
+    ("[" * 100_000 + "]" * 100_000, 1008),
     ('"just a string"', 1008),
 ])
 def test_ws_non_json_first_frame(server: Server, path: str, frame: str | bytes, code: int) -> None:
@@ -107,6 +108,8 @@ HTTP_CASES = [
     ("/v1/synth", json.dumps({"text": "Hi.", "temperature": -1}).encode(), "temperature"),
     ("/v1/synth", json.dumps({"text": "Hi.", "response_format": "mp3"}).encode(), "response_format"),
     ("/v1/synth", json.dumps({"text": "x" * 60_000}).encode(), "text"),
+    ("/v1/synth", b"[" * 100_000 + b"]" * 100_000, "(body)"),
+    ("/v1/synth", b"\xff\xfe{}", "(body)"),
 ]
 
 
@@ -123,6 +126,14 @@ def test_clone_without_reference_and_design_without_instruct(server: Server) -> 
     assert r.status_code == 400 and r.json()["error"]["field"] == "instruct"
     r = httpx.post(f"{server.http}/v1/audio/clone", data={"text": ""})
     assert r.status_code == 400
+
+
+def test_many_unknown_fields_are_summarised(server: Server) -> None:
+    body = {"text": "Hello there.", **{f"extra_{i}_\u00e9": i for i in range(500)}}
+    r = httpx.post(f"{server.http}/v1/synth", json=body, timeout=60)
+    assert r.status_code == 200
+    warnings = json.loads(r.headers["x-warnings"])
+    assert len(warnings) <= 20 and "more unknown fields" in warnings[-1]
 
 
 def test_unknown_route_and_method(server: Server) -> None:

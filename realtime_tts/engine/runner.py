@@ -378,6 +378,36 @@ class StepRunner:
     def _miss(self, reason: str) -> None:
         self.stats.miss_reasons[reason] = self.stats.miss_reasons.get(reason, 0) + 1
 
+    def startup_keys(self, max_tokens: int, num_steps: int = 32,
+                     prefix_tokens: tuple[int, ...] = (64, 192)) -> list[BucketKey]:
+        """Buckets worth capturing before serving: each batch bucket × utterance lengths of 2.5–15 s
+        (frame buckets) × a short and a long conditioning prefix (design vs clone), up to max_tokens per step;
+        small batches first (they carry the latency-critical first segments)."""
+        width = 33 if num_steps + 1 <= 33 else -(-(num_steps + 1) // 64) * 64 + 1
+        keys: list[BucketKey] = []
+        for num_b in self.batch_buckets:
+            for frames in (64, 96, 160, 256, 384):
+                for prefix in prefix_tokens:
+                    tokens = _ceil_to(self.token_buckets, num_b * (2 * frames + prefix) + 1)
+                    if tokens is None or tokens > max_tokens + 1:
+                        continue
+                    key = BucketKey(tokens, num_b, frames, width)
+                    if key not in keys:
+                        keys.append(key)
+        return keys
+
+    def capture_startup(self, max_tokens: int, max_seconds: float = 30.0, num_steps: int = 32) -> int:
+        """Capture startup_keys() ahead (no request pays for their capture) until max_seconds pass, max_graphs
+        exist or free memory falls under min_free_bytes. → graphs captured now."""
+        if not self.use_graphs:
+            return 0
+        t0 = time.perf_counter()
+        before = len(self.graphs)
+        for key in self.startup_keys(max_tokens, num_steps):
+            if time.perf_counter() - t0 > max_seconds or self.capture(key) is None:
+                break
+        return len(self.graphs) - before
+
     def capture(self, key: BucketKey) -> _Graph | None:
         """Capture the step graph for one bucket (None when over max_graphs or the memory headroom)."""
         if key in self.graphs:

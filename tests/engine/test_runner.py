@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # the fused backbone's kernels run in Triton's interpreter on CPU
 
 from realtime_tts.engine.runner import BucketKey, FusedBackbone, StepRunner
-from realtime_tts.model import OmniVoiceModel, decoding, prepare
+from realtime_tts.model import DecodeParams, OmniVoiceModel, decoding, prepare
 
 TEXTS = ["Hello there, how are you today?", "A short one.", "The quick brown fox jumps over the lazy dog twice."]
 
@@ -119,6 +119,19 @@ def test_fused_scoring_step_matches_model_step(model_fp32: OmniVoiceModel) -> No
         assert torch.equal(a.tokens, b.tokens) and a.step == b.step
 
 
+def test_startup_keys_cover_small_batches_first(model_fp32: OmniVoiceModel) -> None:
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False)
+    keys = runner.startup_keys(max_tokens=16384)
+    assert keys and keys[0].batch == 1
+    assert [k.batch for k in keys] == sorted(k.batch for k in keys)
+    assert all(k.num_tokens <= 16385 and k.num_tokens in runner.token_buckets for k in keys)
+    assert len(set(keys)) == len(keys)
+    # a real single 6 s design utterance lands in a pre-captured bucket
+    item = prepare(model_fp32, TEXTS[0], language="en", instruct="female, low pitch", duration_s=6.0)
+    assert runner.bucket_for(decoding.pack([decoding.ItemState.start(item)], "cpu")) in keys
+    assert runner.capture_startup(max_tokens=16384) == 0, "no graphs without CUDA"
+
+
 def test_runner_steps_match_model_steps_with_counters(model_fp32: OmniVoiceModel) -> None:
     runner = StepRunner(model_fp32, use_fused=False, use_graphs=False)
     items = _items(model_fp32, num_step=4)
@@ -162,3 +175,16 @@ def test_graphed_steps_when_the_batch_changes_on_gpu(tiny_checkpoint: Path) -> N
     assert graphed.stats.graph_hits == 8 and graphed.stats.graphs_captured >= 1
     for a, b in zip(fused_eager, stepped):
         assert torch.equal(a.cpu(), b.cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_capture_startup_then_requests_hit_without_capturing(tiny_checkpoint: Path) -> None:
+    model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device="cuda", load_codec=False)
+    runner = StepRunner(model)
+    item = prepare(model, TEXTS[0], language="en", instruct="female, low pitch", duration_s=6.0,
+                   params=DecodeParams(num_step=4))
+    assert runner.capture_startup(max_tokens=2048, max_seconds=60.0) > 0
+    captured = runner.stats.graphs_captured
+    runner.run([item])
+    assert runner.stats.graphs_captured == captured and runner.stats.graph_hits == 4

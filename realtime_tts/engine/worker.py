@@ -33,6 +33,8 @@ class Backend(Protocol):
     device: str
     model_name: str
     sample_rate: int
+    max_batch_items: int  # the largest batch a step runs well (CUDA: the largest captured graph width)
+    max_batch_tokens: int  # the largest step it runs well (CUDA: the largest token bucket)
 
     def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
         """→ (state, tokens it adds to a step, number of steps). Raises errors.TTSError on bad input."""
@@ -72,6 +74,11 @@ class ModelBackend:
         self.device = options.device
         self.model_name = os.path.basename(options.model_dir.rstrip("/"))
         self.sample_rate = int(self.model.codec.sample_rate)
+        if self.runner.use_graphs:
+            self.max_batch_items = max(self.runner.batch_buckets)
+            self.max_batch_tokens = max(self.runner.token_buckets) - 1  # the runner needs one spare token
+        else:
+            self.max_batch_items, self.max_batch_tokens = 256, 1 << 30
         self._rng = random.Random()
         if self.model.device.type == "cuda":
             self._warm_up()
@@ -167,7 +174,9 @@ class WorkerLoop:
         self.backend = backend
         self.inbox = inbox
         self.send = send
-        self.scheduler = Scheduler(max_batch_tokens=options.max_batch_tokens)
+        # The configured budget, but never past what the runner has graphs for (bigger steps run eagerly).
+        self.scheduler = Scheduler(max_batch_tokens=min(options.max_batch_tokens, backend.max_batch_tokens),
+                                   max_batch_items=backend.max_batch_items)
         self.segments: dict[str, _Segment] = {}
         self.running = True
         self._last_stats_s = 0.0

@@ -17,7 +17,7 @@ import pytest
 from realtime_tts import errors
 from realtime_tts.config import load_config
 from realtime_tts.engine.base import SegmentRequest
-from realtime_tts.engine.client import OmniVoiceEngine
+from realtime_tts.engine.client import OmniVoiceEngine, worker_devices
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +61,24 @@ def test_least_loaded_routing_and_isolated_worker_death(engine2: OmniVoiceEngine
         assert time.monotonic() < deadline, engine2.health()
         time.sleep(0.1)
     assert engine2.worker_pids()[1] == pids[1]
+
+
+@pytest.mark.parametrize(("visible", "overrides", "expected"), [
+    ("0,1", {}, ["cuda:0", "cuda:1"]),
+    ("0,1", {"gpus": 1}, ["cuda:0"]),
+    ("3", {"device": "cuda"}, ["cuda:0"]),  # indices are within the visible set
+    ("0,1", {"device": "cpu"}, ["cpu"]),
+    ("", {}, ["cpu"]),
+    ("-1", {"gpus": 2}, ["cpu", "cpu"]),
+    ("0,1", {"gpus": 3}, "only 2 GPU"),
+    ("", {"device": "cuda"}, "no GPU is visible"),
+])
+def test_worker_devices(monkeypatch: pytest.MonkeyPatch, visible: str, overrides: dict[str, Any],
+                        expected: list[str] | str) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    config = load_config({"model": "/nowhere", **overrides}, env={})
+    if isinstance(expected, str):
+        with pytest.raises(errors.EngineUnavailable, match=expected):
+            worker_devices(config)
+    else:
+        assert worker_devices(config) == expected

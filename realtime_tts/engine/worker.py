@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
+import msgspec
+
 from realtime_tts import errors
 from realtime_tts.engine import ipc
 from realtime_tts.engine.base import VoicePrompt
@@ -301,7 +303,8 @@ class WorkerLoop:
         stats = ipc.Stats(self.options.worker_id, s.num_waiting, s.num_running, s.num_steps_run, s.num_finished,
                           s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
                           plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms)
-        if stats == self._last_stats:
+        if not self._recent_step_ms and self._last_stats is not None and msgspec.structs.replace(
+                self._last_stats, step_ms=[]) == stats:
             return
         self._last_stats_s, self._last_stats = now, stats
         self._recent_step_ms = []

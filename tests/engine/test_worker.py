@@ -1,0 +1,101 @@
+"""The worker's step loop in-process over the real tiny model (no process plumbing): admission, duplicate and
+bad requests, abort before and during generation, stats, shutdown; and the GPU warm-up path on CPU."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from realtime_tts.engine import ipc
+from realtime_tts.engine.worker import ModelBackend, WorkerLoop
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_checkpoint: Path) -> ModelBackend:
+    options = ipc.WorkerOptions(worker_id=0, model_dir=str(tiny_checkpoint), device="cpu", dtype="fp32",
+                                max_batch_tokens=4096, num_threads=1)
+    return ModelBackend(options)
+
+
+class Harness:
+    def __init__(self, backend: ModelBackend) -> None:
+        options = ipc.WorkerOptions(worker_id=3, model_dir="", device="cpu", dtype="fp32", max_batch_tokens=4096,
+                                    stats_interval_s=0.05)
+        self.inbox: queue.Queue[ipc.ToWorker] = queue.Queue()
+        self.out: queue.Queue[ipc.FromWorker] = queue.Queue()
+        self.loop = WorkerLoop(options, backend, self.inbox, self.out.put)
+        self.thread = threading.Thread(target=self.loop.run, daemon=True)
+        self.thread.start()
+
+    def until(self, pred: object, timeout: float = 60) -> list[ipc.FromWorker]:
+        """Collect replies until one satisfies pred; → everything collected."""
+        got: list[ipc.FromWorker] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.out.get(timeout=max(0.01, deadline - time.monotonic()))
+            got.append(message)
+            if pred(message):  # type: ignore[operator]
+                return got
+
+    def close(self) -> None:
+        self.inbox.put(ipc.Shutdown())
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def harness(backend: ModelBackend) -> Iterator[Harness]:
+    h = Harness(backend)
+    yield h
+    h.close()
+
+
+def test_loop_serves_refuses_and_aborts(harness: Harness) -> None:
+    bad_prompt = ipc.Prompt("ref", b"\x00\x00" * 8 * 3, 8, 2, 0.1)  # 3 frames of bytes declared as 2
+    for message in (
+        ipc.Submit("a", "First request.", duration_s=0.8, num_step=6, seed=1),
+        ipc.Submit("a", "Same id again.", duration_s=0.8, num_step=6),
+        ipc.Submit("b", "Bad prompt.", mode="clone", prompt=bad_prompt),
+        ipc.Abort("never-submitted"),
+        ipc.Submit("c", "Aborted before it runs.", duration_s=4.0, num_step=32),
+        ipc.Abort("c"),
+        ipc.Submit("d", "Aborted while it runs.", duration_s=8.0, num_step=64),
+    ):
+        harness.inbox.put(message)
+    got = harness.until(lambda m: isinstance(m, ipc.Audio) and m.request_id == "a")
+    harness.inbox.put(ipc.Abort("d"))
+    got += harness.until(lambda m: isinstance(m, ipc.Failed) and m.request_id == "d")
+    failed = {m.request_id: m for m in got if isinstance(m, ipc.Failed)}
+    assert failed["a"].code == "bad_request" and failed["a"].field == "request_id"
+    assert failed["b"].code == "bad_request" and failed["b"].field == "voice"
+    assert failed["c"].code == "cancelled" and failed["d"].code == "cancelled"
+    assert "never-submitted" not in failed
+    (audio,) = [m for m in got if isinstance(m, ipc.Audio)]
+    samples = np.frombuffer(audio.samples, "<f4")
+    assert audio.encoding == "f32le" and audio.sample_rate == 24000 and audio.last
+    assert samples.size == 20 * 960 and np.isfinite(samples).all()
+    assert audio.gen_ms > 0 and audio.batch_size >= 1
+    # the aborted segments left the scheduler; nothing is running any more
+    got = harness.until(lambda m: isinstance(m, ipc.Stats) and m.num_running + m.num_waiting == 0)
+    stats = [m for m in got if isinstance(m, ipc.Stats)][-1]
+    assert stats.worker_id == 3 and stats.num_finished == 1 and stats.num_cancelled == 2
+
+
+def test_stats_stop_while_idle(harness: Harness) -> None:
+    harness.inbox.put(ipc.Submit("x", "Quick one.", duration_s=0.4, num_step=2, seed=0))
+    harness.until(lambda m: isinstance(m, ipc.Audio))
+    harness.until(lambda m: isinstance(m, ipc.Stats) and m.num_finished == 1 and not m.num_running)
+    time.sleep(0.3)  # six report intervals of idleness
+    assert harness.out.qsize() == 0, "an idle, unchanged worker keeps quiet"
+
+
+def test_gpu_warm_up_path_runs(backend: ModelBackend) -> None:
+    hits, misses = backend.counters()
+    backend._warm_up()
+    assert sum(backend.counters()) == hits + misses + 2  # two steps, eager on CPU

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from realtime_tts.engine.base import (
     VoicePrompt,
     WorkerHealth,
 )
+
+if TYPE_CHECKING:
+    from realtime_tts.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -491,6 +494,25 @@ class OmniVoiceEngine:
         every step's time in stats.step_ms, cumulative CUDA-graph hits/misses of that worker process —
         they restart from 0 when a worker restarts)."""
         self._stats_listeners.append(listener)
+
+    def attach_metrics(self, metrics: Metrics) -> None:
+        """Feed /metrics from worker reports: per-worker queue depth, every step's time, CUDA-graph hits and
+        misses (worker counters restart at 0 with the process; only increases are counted)."""
+        seen: dict[int, tuple[int, int]] = {}
+
+        def record(stats: ipc.Stats) -> None:
+            metrics.queue_depth.labels(worker=f"{ENGINE_NAME}-{stats.worker_id}").set(
+                stats.num_waiting + stats.num_running)
+            for ms in stats.step_ms:
+                metrics.step_seconds.observe(ms / 1000.0)
+            hits, misses = seen.get(stats.worker_id, (0, 0))
+            if stats.cuda_graph_hits < hits or stats.cuda_graph_misses < misses:
+                hits, misses = 0, 0  # a restarted worker counts from 0 again
+            metrics.cuda_graph_hits_total.inc(stats.cuda_graph_hits - hits)
+            metrics.cuda_graph_misses_total.inc(stats.cuda_graph_misses - misses)
+            seen[stats.worker_id] = (stats.cuda_graph_hits, stats.cuda_graph_misses)
+
+        self.add_stats_listener(record)
 
     def worker_stats(self) -> list[ipc.Stats]:
         """The latest load report of each worker (for /metrics)."""

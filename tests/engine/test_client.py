@@ -22,6 +22,7 @@ from realtime_tts import errors
 from realtime_tts.config import load_config
 from realtime_tts.engine.base import PRIORITY_FIRST, AudioChunk, Engine, SegmentRequest, Voice, VoicePrompt
 from realtime_tts.engine.client import OmniVoiceEngine
+from realtime_tts.metrics import Metrics
 
 FRAME_SAMPLES = 960  # 24 kHz / 25 Hz
 
@@ -224,7 +225,8 @@ def test_worker_death_fails_only_in_flight_then_restarts(engine: OmniVoiceEngine
 
 def test_stats_reports_reach_listeners(engine: OmniVoiceEngine, loop_thread: Any) -> None:
     reports = []
-    loop_thread.run(_add_listener(engine, reports.append))
+    metrics = Metrics()
+    loop_thread.run(_add_listener(engine, reports.append, metrics))
     loop_thread.run(collect(engine, SegmentRequest("stats-1", "Count my steps.", duration_s=0.4, num_step=6)))
     deadline = time.monotonic() + 10
     while sum(len(r.step_ms) for r in reports) < 6 or reports[-1].num_running + reports[-1].num_waiting:
@@ -234,10 +236,15 @@ def test_stats_reports_reach_listeners(engine: OmniVoiceEngine, loop_thread: Any
     last = reports[-1]
     assert last.cuda_graph_hits == 0 and last.cuda_graph_misses >= 6  # CPU: every step eager
     assert last.num_finished >= 1 and engine.load().queued_segments == 0
+    text = metrics.render().decode()
+    assert f"realtime_tts_step_seconds_count {float(sum(len(r.step_ms) for r in reports))}" in text
+    assert f"realtime_tts_cuda_graph_misses_total {float(last.cuda_graph_misses)}" in text
+    assert 'realtime_tts_queue_depth{worker="omnivoice-0"} 0.0' in text
 
 
-async def _add_listener(engine: OmniVoiceEngine, fn: Any) -> None:
+async def _add_listener(engine: OmniVoiceEngine, fn: Any, metrics: Metrics) -> None:
     engine.add_stats_listener(fn)
+    engine.attach_metrics(metrics)
 
 
 def test_a_model_that_cannot_load_is_a_clear_start_error(tmp_path: Path) -> None:

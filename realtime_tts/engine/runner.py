@@ -125,6 +125,10 @@ class FusedBackbone:
         return out
 
 
+def _same(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 def unmask(pred: torch.Tensor, conf: torch.Tensor, batch: PackedBatch, mask_id: int,
            pos_noise: torch.Tensor | None) -> torch.Tensor:
     """The light half of decoding.score, from argmax tokens and confidences [B, 8, Tmax]: layer penalty,
@@ -213,7 +217,7 @@ class StepRunner:
         self.stats = RunnerStats()
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
         # The last graphed step, to replay again without re-packing when the same states come back.
-        self._last: tuple[tuple[int, ...], list[tuple[int, int]], _Graph, PackedBatch] | None = None
+        self._last: tuple[list[ItemState], list[torch.Tensor], list[int], _Graph, PackedBatch] | None = None
         if self.use_graphs:
             # Graphs hold the rope tables' addresses: grow them once, now, to the largest bucket.
             model.llm.rope_tables(max(token_buckets), torch.float32)
@@ -271,13 +275,13 @@ class StepRunner:
         if not live:
             return
         t0 = time.perf_counter()
-        ident = tuple(id(s) for s in live)
         last = self._last
         graph: _Graph | None
-        if last is not None and last[0] == ident and last[1] == [(s.step, id(s.tokens)) for s in live]:
+        if last is not None and _same(last[0], live) and _same(last[1], [s.tokens for s in live]) \
+                and last[2] == [s.step for s in live]:
             # Same states as the graphed step before, untouched since: the graph already advanced its
             # static inputs in place, so replay without packing.
-            graph, batch = last[2], last[3]
+            graph, batch = last[3], last[4]
             graph.graph.replay()
             self.stats.graph_hits += 1
         else:
@@ -300,7 +304,8 @@ class StepRunner:
             for b, s in enumerate(live):
                 s.tokens = graph.tokens_out[b, :, :s.item.num_frames].clone()
                 s.step += 1
-            self._last = (ident, [(s.step, id(s.tokens)) for s in live], graph, batch)
+            # Holds the states and grids themselves (not ids, which a new object could reuse).
+            self._last = (list(live), [s.tokens for s in live], [s.step for s in live], graph, batch)
         else:
             decoding.unpack(batch, live)
         self.stats.steps += 1

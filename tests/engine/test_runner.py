@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -14,6 +15,7 @@ if not torch.cuda.is_available():
 from realtime_tts.engine.runner import BucketKey, FusedBackbone, StepRunner
 from realtime_tts.model import DecodeParams, OmniVoiceModel, decoding, prepare
 
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 TEXTS = ["Hello there, how are you today?", "A short one.", "The quick brown fox jumps over the lazy dog twice."]
 
 
@@ -55,6 +57,7 @@ def test_padded_bucket_step_equals_model_step(model_fp32: OmniVoiceModel) -> Non
     assert revealed > 0
 
 
+@needs_triton
 @pytest.mark.parametrize("fuse_rope", [True, False])
 def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32: OmniVoiceModel,
                                                fuse_rope: bool) -> None:
@@ -101,6 +104,7 @@ def test_unmask_matches_model_scoring(model_fp32: OmniVoiceModel) -> None:
     assert (ref != batch.tokens).any()
 
 
+@needs_triton
 def test_fused_scoring_step_matches_model_step(model_fp32: OmniVoiceModel) -> None:
     if torch.cuda.is_available():
         pytest.skip("covered on CUDA by test_graph_replay_equals_eager_on_gpu")

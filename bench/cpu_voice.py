@@ -98,6 +98,23 @@ async def run(url: str, clients: int, requests: int, text: str) -> dict[str, flo
             "xrt": audio_s / wall, "audio_s": audio_s, "wall_s": wall}
 
 
+def voice_alone(requests: int) -> tuple[float, float]:
+    """The voice without the server, same process, one thread: (p50 ms for SHORT, x-realtime on LONG). The
+    floor the server's numbers should be read against on this machine at this moment."""
+    from hibari import Hibari
+
+    tts = Hibari(threads=1)
+    tts("Warm up.")
+    times = []
+    for i in range(requests):
+        t0 = time.perf_counter()
+        tts(SHORT, seed=i)
+        times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    audio_s = len(tts(LONG, seed=0)) / 24000
+    return float(np.percentile(times, 50)) * 1e3, audio_s / (time.perf_counter() - t0)
+
+
 def machine() -> str:
     cpu = "unknown CPU"
     try:
@@ -129,6 +146,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
     load_before = os.getloadavg()
+    alone_ms, alone_xrt = voice_alone(args.requests)
     port = args.port or free_port()
     proc = start_server(port)
     url = f"ws://127.0.0.1:{port}/v1/stream"
@@ -149,6 +167,8 @@ def main() -> None:
         lines.append(f"| {s['clients']} | {s['n']} | {s['p50']:.1f} | {s['p95']:.1f} | {s['srv_p50']:.1f} | "
                      f"{s['gen_p50']:.1f} | {s['overhead_p50']:.1f} | "
                      f"{s['xrt']:.1f} | {b['xrt']:.1f} | {b['xrt'] / cores:.1f} |")
+    lines.append(f"| voice alone (no server, 1 thread) | {args.requests} | {alone_ms:.1f} | | | | | | "
+                 f"{alone_xrt:.1f} | {alone_xrt:.1f} |")
     table = "\n".join(lines)
     print(table)
     cmd = "python bench/cpu_voice.py " + " ".join(sys.argv[1:])
@@ -162,7 +182,9 @@ def main() -> None:
         "in the client, from sending the request frame on an open connection to the first binary frame (the server's own ttfa_ms from "
         "the stats envelope is beside it, split into the first segment's wait + generation in the voice and the "
         f"server's own overhead: ttfa minus that). Bulk: a {len(LONG.split())}-word text per request; x-realtime = "
-        "seconds of audio delivered / wall seconds, over all clients together.\n\n"
+        "seconds of audio delivered / wall seconds, over all clients together. The last row is the voice "
+        "alone in one thread of the benchmark process (whole-sentence synthesis time, raw padded audio), "
+        "measured just before, as the floor for this machine at this moment.\n\n"
         f"{table}\n"
     )
     out = REPO / "bench" / "results" / "cpu_voice.md"

@@ -83,6 +83,7 @@ def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32
     assert err < (2e-3 if dev.type == "cuda" else 1e-4), err  # CUDA: tf32 dots in the attention kernel
 
 
+@needs_triton  # the reference half lives beside its kernel
 def test_unmask_matches_model_scoring(model_fp32: OmniVoiceModel) -> None:
     """argmax/confidence (kernel half, here its torch reference) + unmask == decoding.score, token for token."""
     from realtime_tts.engine.kernels import cfg_argmax_ref

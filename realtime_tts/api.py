@@ -248,7 +248,8 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
         async with synth:
             pcm = await _collect(synth)
         try:
-            body = audio.encode(pcm, synth.sample_rate, fmt)
+            # encoders (mp3/opus/...) take real CPU time on long audio: never on the event loop
+            body = await asyncio.to_thread(audio.encode, pcm, synth.sample_rate, fmt)
         except ValueError as e:
             raise BadRequest(str(e), field="response_format") from None
         return Response(body, media_type=audio.MEDIA_TYPES[fmt], headers=_headers(synth, req, partial=False))
@@ -264,7 +265,7 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
                 if header:  # no audio at all: still a valid (empty) stream
                     yield header
             else:  # encoded formats are made once the whole audio exists
-                yield audio.encode(await _collect(synth), synth.sample_rate, fmt)
+                yield await asyncio.to_thread(audio.encode, await _collect(synth), synth.sample_rate, fmt)
 
     chunks = byte_stream()
     # Pull the first audio before answering, so refusals and engine errors still get a proper 4xx/5xx.
@@ -358,7 +359,7 @@ class AppState:
         params = dataclasses.replace(req.params, voice_mode="clone", voice="clone")
         engine = self.pool.route(params.model, "clone")  # the CPU voice refuses here: 400 naming omnivoice
         recording = await self._reference_audio(fields, files)
-        samples, rate = self._decode(recording)
+        samples, rate = await asyncio.to_thread(self._decode, recording)
         prompt = await self.service.encode_voice(engine, samples, rate, req.ref_text or "")
         req = dataclasses.replace(req, params=params)
         synth = self.service.open(req, endpoint="clone", streaming=req.stream is not False, prompt=prompt, engine=engine)

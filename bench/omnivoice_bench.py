@@ -7,6 +7,10 @@ reference `omnivoice` 0.2.1 generate(), in ONE run on the same full-size random 
 Measures: bulk xRT (seconds of audio per wall second, diffusion + batched codec decode) at each batch,
 MFU of the diffusion loop against 775 TFLOP/s (useful FLOPs: real tokens only), single-utterance latency
 (6 s design), kernel micro-timings. Prints a table; writes OUT/omnivoice_bench.{jsonl,md}.
+
+On the GPU box the reference needs wheels carried in (omnivoice 0.2.1 --no-deps, soundfile, cffi, pycparser,
+pydub; e.g. the ignored folder .whl_model): `python3 -m pip install -q --no-index --no-deps --target /tmp/site
+.whl_model/*.whl && PYTHONPATH=/tmp/site:$PWD python3 bench/omnivoice_bench.py --out-dir $OUT --profile`.
 """
 
 from __future__ import annotations

@@ -44,6 +44,9 @@ class OmniVoiceConfig:
     device: str = _doc("Torch device for OmniVoice workers: cuda or cpu (auto = cuda if present).", default="auto")
     gpus: int = _doc("Number of GPU workers (0 = every visible GPU).", default=0)
     max_batch_tokens: int = _doc("Token budget per diffusion step across the running batch.", default=16384)
+    latency_batch_tokens: int = _doc("Smaller step budget while a first segment (or a stream segment about to "
+                                     "run dry) is generating: shorter steps, sooner first audio; 0 = off.",
+                                     default=4096)
     voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
 
 
@@ -146,6 +149,9 @@ def validate(cfg: Config) -> None:
     check(cfg.omnivoice.dtype in ("bf16", "fp16", "fp32"), f"dtype must be bf16, fp16 or fp32, got {cfg.omnivoice.dtype!r}")
     check(cfg.omnivoice.device in ("auto", "cuda", "cpu"), f"device must be auto, cuda or cpu, got {cfg.omnivoice.device!r}")
     check(cfg.omnivoice.gpus >= 0, f"gpus must be >= 0, got {cfg.omnivoice.gpus}")
+    check(cfg.omnivoice.max_batch_tokens >= 1, f"max_batch_tokens must be >= 1, got {cfg.omnivoice.max_batch_tokens}")
+    check(cfg.omnivoice.latency_batch_tokens >= 0,
+          f"latency_batch_tokens must be >= 0, got {cfg.omnivoice.latency_batch_tokens}")
     for name in ("lead_in_ms", "gap_ms", "tail_ms", "first_frame_ms", "frame_ms"):
         value = getattr(cfg.pacing, name)
         check(0 <= value <= 5000, f"{name} must be 0..5000 ms, got {value}")

@@ -262,6 +262,7 @@ class OmniVoiceEngine:
         options = ipc.WorkerOptions(worker_id=w.worker_id, model_dir=self._model_dir, device=w.device,
                                     dtype=self._config.omnivoice.dtype if w.device != "cpu" else "fp32",
                                     max_batch_tokens=self._config.omnivoice.max_batch_tokens,
+                                    latency_batch_tokens=self._config.omnivoice.latency_batch_tokens,
                                     num_threads=cpu_worker_threads(len(self._workers)) if w.device == "cpu" else 0)
         to_child_r, to_child_w = self._context.Pipe(duplex=False)
         from_child_r, from_child_w = self._context.Pipe(duplex=False)

@@ -31,6 +31,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     device: str  # "cpu" or "cuda:N"
     dtype: str  # bf16 | fp16 | fp32
     max_batch_tokens: int
+    latency_batch_tokens: int = 0  # 0 = no smaller budget for first segments
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     stats_interval_s: float = 0.25
 

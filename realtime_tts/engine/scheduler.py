@@ -38,6 +38,7 @@ class StepPlan:
     started: tuple[str, ...]  # the part of batch that runs its first step now
     cancelled: tuple[str, ...]  # cancelled since the last plan, whether started or not
     num_tokens: int  # tokens in this step (sum over batch)
+    budget: int  # the token budget this step was packed under
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +57,17 @@ class Scheduler:
     Every call to schedule() picks the batch for one diffusion step from all live items: a new item joins at
     the next step, a finished one leaves after its last (complete_step), a cancelled one is dropped at the
     next plan. Items are ordered by (aged first, priority class, deadline, arrival) and packed greedily into
-    max_batch_tokens; an item that alone exceeds the budget still runs when it heads the order (alone), so
-    an oversized segment cannot block the worker. Started items that do not fit simply pause: their state
-    is their codes, which keep between steps.
+    max_batch_tokens (latency_batch_tokens while a first segment or an urgent stream segment is live); an
+    item that alone exceeds the budget still runs when it heads the order (alone), so an oversized segment
+    cannot block the worker. Started items that do not fit simply pause: their state is their codes, which
+    keep between steps.
     """
 
     max_batch_tokens: int
+    # While a first segment (or a stream segment due within urgent_s) is live, steps are packed under this
+    # smaller budget: fewer tokens per step → shorter steps → its 32 steps end sooner. None = no switch.
+    latency_batch_tokens: int | None = None
+    urgent_s: float = 0.5
     max_batch_items: int = 256
     max_wait_s: float = 2.0
     max_active: int = 1024  # started-but-unfinished items held in memory at most
@@ -78,6 +84,8 @@ class Scheduler:
             raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
         if self.max_batch_items < 1:
             raise ValueError(f"max_batch_items must be >= 1, got {self.max_batch_items}")
+        if self.latency_batch_tokens is not None and self.latency_batch_tokens < 1:
+            raise ValueError(f"latency_batch_tokens must be >= 1, got {self.latency_batch_tokens}")
         if self.max_active < 1:
             raise ValueError(f"max_active must be >= 1, got {self.max_active}")
 
@@ -120,6 +128,9 @@ class Scheduler:
         cancelled, self._cancelled = tuple(self._cancelled), []
         order = sorted(self._items.values(), key=lambda it: self._key(it, now))
         num_active = sum(1 for it in order if it.steps_done > 0)
+        budget = self.max_batch_tokens
+        if self.latency_batch_tokens is not None and any(self._urgent(it, now) for it in order):
+            budget = min(budget, self.latency_batch_tokens)
         batch: list[_Item] = []
         num_tokens = 0
         for item in order:
@@ -127,13 +138,13 @@ class Scheduler:
                 break
             if item.steps_done == 0 and num_active >= self.max_active:
                 continue
-            if batch and num_tokens + item.num_tokens > self.max_batch_tokens:
+            if batch and num_tokens + item.num_tokens > budget:
                 continue  # a smaller item further down may still fit
             batch.append(item)
             num_tokens += item.num_tokens
             if item.steps_done == 0:
                 num_active += 1
-            if num_tokens >= self.max_batch_tokens:
+            if num_tokens >= budget:
                 break
         started = []
         for item in batch:
@@ -143,7 +154,12 @@ class Scheduler:
             item.last_run_s = now
         if batch:
             self._num_steps_run += 1
-        return StepPlan(tuple(it.request_id for it in batch), tuple(started), cancelled, num_tokens)
+        return StepPlan(tuple(it.request_id for it in batch), tuple(started), cancelled, num_tokens, budget)
+
+    def _urgent(self, item: _Item, now: float) -> bool:
+        if item.priority == 0:
+            return True
+        return item.priority == 1 and item.deadline_s is not None and item.deadline_s - now <= self.urgent_s
 
     def complete_step(self, plan: StepPlan) -> list[str]:
         """Record that plan's step ran; returns the ids that just ran their last step (they leave now).

@@ -177,8 +177,9 @@ class WorkerLoop:
         self.inbox = inbox
         self.send = send
         # The configured budget, but never past what the runner has graphs for (bigger steps run eagerly).
-        self.scheduler = Scheduler(max_batch_tokens=min(options.max_batch_tokens, backend.max_batch_tokens),
-                                   max_batch_items=backend.max_batch_items)
+        budget = min(options.max_batch_tokens, backend.max_batch_tokens)
+        self.scheduler = Scheduler(max_batch_tokens=budget, max_batch_items=backend.max_batch_items,
+                                   latency_batch_tokens=min(options.latency_batch_tokens, budget) or None)
         self.segments: dict[str, _Segment] = {}
         self.running = True
         self._last_stats_s = 0.0

@@ -153,6 +153,27 @@ def test_max_active_bounds_started_items() -> None:
     assert s.schedule().batch == ("c",)
 
 
+def test_latency_budget_while_a_first_or_urgent_segment_is_live() -> None:
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=100, latency_batch_tokens=30, urgent_s=0.5, clock=clock)
+    for i in range(5):
+        s.add(f"bulk{i}", num_tokens=20, num_steps=5)
+    plan, _ = run_step(s, clock)
+    assert plan.budget == 100 and len(plan.batch) == 5  # bulk only: the full budget
+    s.add("first", num_tokens=10, num_steps=2, priority=PRIORITY_FIRST)
+    plan, _ = run_step(s, clock)
+    assert plan.budget == 30 and plan.batch == ("first", "bulk0")  # short steps until it is done
+    plan, done = run_step(s, clock)
+    assert plan.budget == 30 and done == ["first"]
+    plan, _ = run_step(s, clock)
+    assert plan.budget == 100
+    # a stream segment counts once its deadline is within urgent_s
+    s.add("stream", num_tokens=10, num_steps=5, priority=PRIORITY_STREAM, deadline_s=clock.now + 2.0)
+    assert run_step(s, clock)[0].budget == 100
+    clock.now += 1.6
+    assert run_step(s, clock)[0].budget == 30
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="max_batch_tokens"):
         Scheduler(max_batch_tokens=0)
@@ -168,13 +189,14 @@ class SchedulerMachine(RuleBasedStateMachine):
     """Random arrivals, cancels, steps and clock jumps; checks every plan against a shadow model."""
 
     BUDGET = 64
+    LATENCY_BUDGET = 24
     MAX_WAIT_S = 1.0
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = Clock()
-        self.s = Scheduler(max_batch_tokens=self.BUDGET, max_batch_items=8, max_wait_s=self.MAX_WAIT_S,
-                           clock=self.clock)
+        self.s = Scheduler(max_batch_tokens=self.BUDGET, latency_batch_tokens=self.LATENCY_BUDGET, urgent_s=1.0,
+                           max_batch_items=8, max_wait_s=self.MAX_WAIT_S, clock=self.clock)
         self.live: dict[str, dict[str, float | int | None]] = {}
         self.steps: dict[str, int] = {}
         self.cancelled: set[str] = set()
@@ -213,7 +235,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert set(batch) <= set(self.live), "cancelled or finished item scheduled"
         tokens = sum(int(self.live[r]["tokens"]) for r in batch)  # type: ignore[arg-type]
         assert tokens == plan.num_tokens
-        assert tokens <= self.BUDGET or len(batch) == 1, "budget exceeded by a multi-item batch"
+        urgent = any(v["priority"] == 0 or (v["priority"] == 1 and v["deadline"] is not None
+                                            and float(v["deadline"]) - now <= 1.0)  # type: ignore[arg-type]
+                     for v in self.live.values())
+        budget = self.LATENCY_BUDGET if urgent else self.BUDGET
+        assert plan.budget == budget
+        assert tokens <= budget or len(batch) == 1, "budget exceeded by a multi-item batch"
         assert bool(batch) == bool(self.live), "idle step while work was waiting"
         assert set(plan.started) == {r for r in batch if self.steps[r] == 0}
         # greedy by priority: a skipped item that is not aged and of a strictly better class than some
@@ -228,7 +255,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                     continue
                 worse = [b for b in batch if int(self.live[b]["priority"]) > int(v["priority"])]  # type: ignore[arg-type]
                 if worse:
-                    assert tokens + int(v["tokens"]) > self.BUDGET, f"{r} skipped though it fit"  # type: ignore[arg-type]
+                    assert tokens + int(v["tokens"]) > budget, f"{r} skipped though it fit"  # type: ignore[arg-type]
         for r in batch:
             self.live[r]["last"] = now
         self.clock.now += dt

@@ -122,3 +122,24 @@ def test_unknown_fields_are_reported_not_fatal(server: Server) -> None:
     assert r.close_code == 1000
     assert any("shiny_new_option" in w for w in r.terminal["warnings"])
     assert_speech(r.pcm, min_s=0.5, max_s=3.0)
+
+
+def test_pacing_between_sentences_and_at_the_end(server: Server) -> None:
+    """The voice pads each sentence with ~0.3 s before and ~0.45 s after; the joins must come out as one
+    natural pause (<= gap_ms, 240) and the tail as <= tail_ms (120)."""
+    text = "One sentence here. Another one follows it. And a third closes the reply."
+    pcm = ws_exchange(f"{server.ws}/v1/stream", [{"text": text, "seed": 8}]).pcm
+    win = SAMPLE_RATE // 200  # 5 ms
+    n = len(pcm) // win
+    silent = np.abs(pcm[: n * win]).reshape(n, win).max(axis=1) < 10 ** (-45 / 20)
+    runs: list[tuple[bool, int]] = []
+    for s in silent:
+        if runs and runs[-1][0] == s:
+            runs[-1] = (bool(s), runs[-1][1] + 1)
+        else:
+            runs.append((bool(s), 1))
+    pauses_ms = [k * 5 for s, k in runs if s]
+    assert runs[0][0] and pauses_ms[0] <= 85  # lead-in
+    assert runs[-1][0] and pauses_ms[-1] <= 125  # tail
+    assert max(pauses_ms) <= 245  # sentence joins
+    assert sum(1 for p in pauses_ms if p >= 150) >= 2  # ...but the two joins are still audible pauses

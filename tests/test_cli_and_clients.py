@@ -56,3 +56,9 @@ def test_example_client_saves_speech(server: Server, tmp_path: Path, mode: list[
         assert w.getframerate() == SAMPLE_RATE
         samples = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767
     assert_speech(samples, min_s=1.5, max_s=5.0)
+
+
+def test_docs_list_every_flag() -> None:
+    text = (REPO / "docs" / "server.md").read_text()
+    for _, name, _, _ in config.field_docs():
+        assert f"`--{name.replace('_', '-')}`" in text and f"`REALTIME_TTS_{name.upper()}`" in text, name

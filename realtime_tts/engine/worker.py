@@ -135,6 +135,7 @@ class ModelBackend:
 class _Segment:
     state: Any
     submitted_s: float
+    priority: int
     queue_ms: float = 0.0
     sum_batch: int = 0  # sum over its steps of the batch size, for the mean
     num_steps_run: int = 0
@@ -240,7 +241,7 @@ class WorkerLoop:
         except Exception as exc:  # noqa: BLE001 — bad input or a model error: only this request fails
             self._fail(submit.request_id, exc)
             return
-        self.segments[submit.request_id] = _Segment(state, time.monotonic())
+        self.segments[submit.request_id] = _Segment(state, time.monotonic(), submit.priority)
         self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
                            priority=submit.priority, deadline_s=submit.deadline_s)
 
@@ -280,6 +281,14 @@ class WorkerLoop:
             self._retire(finished)
 
     def _retire(self, request_ids: list[str]) -> None:
+        # Someone is waiting on first segments: decode and send those before the others finished with them.
+        first = [r for r in request_ids if self.segments[r].priority == 0]
+        if first and len(first) < len(request_ids):
+            self._decode_and_send(first)
+            request_ids = [r for r in request_ids if r not in first]
+        self._decode_and_send(request_ids)
+
+    def _decode_and_send(self, request_ids: list[str]) -> None:
         segments = [self.segments.pop(r) for r in request_ids]
         try:
             audio = self.backend.decode([s.state for s in segments])

@@ -168,6 +168,14 @@ def _read_loop(conn: Connection, inbox: queue.Queue[ipc.ToWorker]) -> None:
             log.exception("undecodable message from the web process")
 
 
+def device_is_broken(exc: BaseException) -> bool:
+    """A CUDA runtime fault (illegal address, device-side assert, ...) as opposed to a recoverable error
+    such as running out of memory. Matched by name: this module does not import torch."""
+    if type(exc).__name__ in ("OutOfMemoryError",):
+        return False
+    return type(exc).__name__ in ("AcceleratorError", "CudaError") or "CUDA error" in str(exc)
+
+
 class WorkerLoop:
     """The step loop, independent of the process plumbing and of torch (given a Backend)."""
 
@@ -268,6 +276,11 @@ class WorkerLoop:
                 self.scheduler.cancel(request_id)
                 self.segments.pop(request_id, None)
                 self._fail(request_id, exc)
+            if device_is_broken(exc):
+                # A CUDA fault poisons the context for every later step: exit, and the web process fails
+                # what is left here (EngineDead) and starts a fresh worker.
+                log.critical("device error, exiting so the worker is restarted: %s", exc)
+                raise SystemExit(3) from exc
             return
         self._last_step_ms = (time.perf_counter() - t0) * 1000.0
         if len(self._recent_step_ms) < 1024:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from realtime_tts.engine import ipc
-from realtime_tts.engine.worker import ModelBackend, WorkerLoop
+from realtime_tts.engine.worker import ModelBackend, WorkerLoop, device_is_broken
 
 
 def _cuda() -> bool:
@@ -166,3 +166,15 @@ def test_random_arrivals_and_cancels_keep_the_invariants(backend: ModelBackend) 
             assert float(np.corrcoef(mixed, single)[0, 1]) > 0.99
     finally:
         h.close()
+
+
+def test_device_faults_are_told_from_recoverable_errors() -> None:
+    import torch
+
+    class AcceleratorError(RuntimeError):  # torch's name for CUDA runtime faults
+        pass
+
+    assert device_is_broken(AcceleratorError("an illegal memory access was encountered"))
+    assert device_is_broken(RuntimeError("CUDA error: device-side assert triggered"))
+    assert not device_is_broken(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not device_is_broken(ValueError("bad shape"))

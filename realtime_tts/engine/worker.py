@@ -271,7 +271,7 @@ class WorkerLoop:
         t0 = time.perf_counter()
         try:
             self.backend.step([s.state for s in batch])
-        except Exception as exc:  # noqa: BLE001 — the worker-loop edge: fail this batch, keep serving
+        except Exception as exc:
             for request_id in plan.batch:
                 self.scheduler.cancel(request_id)
                 self.segments.pop(request_id, None)

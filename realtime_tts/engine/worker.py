@@ -271,7 +271,7 @@ class WorkerLoop:
         t0 = time.perf_counter()
         try:
             self.backend.step([s.state for s in batch])
-        except Exception as exc:
+        except Exception as exc:  # the worker-loop edge: fail this batch, keep serving (or exit, below)
             for request_id in plan.batch:
                 self.scheduler.cancel(request_id)
                 self.segments.pop(request_id, None)

@@ -17,7 +17,7 @@ import resource
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -112,6 +112,7 @@ class _Segment:
     request: SegmentRequest
     chunks: asyncio.Queue[AudioChunk | BaseException | _Cancelled | None]
     task: asyncio.Task[None] | None = None
+    has_audio: asyncio.Event = field(default_factory=asyncio.Event)  # first chunk arrived (or it ended)
 
 
 class Synthesis:
@@ -266,12 +267,16 @@ class Synthesis:
         return AudioFrame(pcm, index)
 
     async def _produce(self) -> None:
-        """Units → segments, in order, starting each generation as soon as the lookahead allows."""
+        """Units → segments, in order. A segment starts once the one before it has audio (so it never competes
+        with the first audio of the response) and the lookahead allows: segment k+1 generates while k is sent."""
+        previous: _Segment | None = None
         for index in itertools.count():
             unit = await self._units.get()
             if unit is None:
                 self._segments.put_nowait(_END)
                 return
+            if previous is not None:
+                await previous.has_audio.wait()
             await self._lookahead.acquire()
             if self._cancelled:
                 return
@@ -279,6 +284,7 @@ class Synthesis:
             seg.task = asyncio.create_task(self._generate(seg), name=f"synth-{self.id}-seg{index}")
             self._live[index] = seg
             self._segments.put_nowait(seg)
+            previous = seg
 
     def _segment_request(self, index: int, unit: Unit) -> SegmentRequest:
         p = self.params
@@ -307,6 +313,7 @@ class Synthesis:
             async with contextlib.aclosing(engine.synthesize(seg.request)) as chunks:  # type: ignore[type-var]
                 async for chunk in chunks:
                     seg.chunks.put_nowait(chunk)
+                    seg.has_audio.set()
             seg.chunks.put_nowait(None)
         except asyncio.CancelledError:
             raise
@@ -316,6 +323,7 @@ class Synthesis:
             log.exception("engine %s failed on segment %s", engine.capabilities.engine, seg.request.request_id)
             seg.chunks.put_nowait(TTSError(f"engine error: {type(e).__name__}: {e}"))
         finally:
+            seg.has_audio.set()
             # Every engine request is aborted here: a no-op when it finished, a stop when it did not.
             await engine.abort(seg.request.request_id)
 

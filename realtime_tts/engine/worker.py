@@ -202,9 +202,7 @@ class WorkerLoop:
             self._take_messages(block=len(self.scheduler) == 0)
             if not self.running:
                 break
-            plan = self.scheduler.schedule()
-            for request_id in plan.cancelled:
-                self.segments.pop(request_id, None)
+            plan = self.scheduler.schedule()  # cancelled segments were dropped when cancelled
             if plan.batch:
                 self._run_step(plan)
             self._maybe_send_stats()
@@ -226,6 +224,7 @@ class WorkerLoop:
             self._admit(message)
         elif isinstance(message, ipc.Abort):
             if self.scheduler.cancel(message.request_id):
+                self.segments.pop(message.request_id, None)  # its id may be reused right away
                 self.send(ipc.Failed(message.request_id, errors.Cancelled.code, "cancelled"))
         elif isinstance(message, ipc.EncodeVoice):
             self._encode_voice(message)

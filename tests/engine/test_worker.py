@@ -99,6 +99,16 @@ def test_loop_serves_refuses_and_aborts(harness: Harness) -> None:
     assert stats.worker_id == 3 and stats.num_finished == 1 and stats.num_cancelled == 2
 
 
+def test_an_aborted_id_can_be_reused_at_once(harness: Harness) -> None:
+    for message in (ipc.Submit("e", "Long.", duration_s=8.0, num_step=32), ipc.Abort("e"),
+                    ipc.Submit("e", "Short.", duration_s=0.4, num_step=2, seed=0)):
+        harness.inbox.put(message)
+    got = harness.until(lambda m: isinstance(m, ipc.Audio))
+    replies = [(type(m).__name__, getattr(m, "code", None)) for m in got if not isinstance(m, ipc.Stats)]
+    assert replies == [("Failed", "cancelled"), ("Audio", None)]
+    assert len(got[-1].samples) == 10 * 960 * 4  # type: ignore[union-attr]
+
+
 def test_stats_stop_while_idle(harness: Harness) -> None:
     harness.inbox.put(ipc.Submit("x", "Quick one.", duration_s=0.4, num_step=2, seed=0))
     harness.until(lambda m: isinstance(m, ipc.Audio))

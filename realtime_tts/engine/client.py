@@ -313,6 +313,11 @@ class OmniVoiceEngine:
         finally:
             conn.close()
             process.join(5)
+            if process.is_alive() and not self._stopping:
+                # Its pipe closed but it lingers (hung in teardown): it must not hold the device while
+                # its replacement loads.
+                process.kill()
+                process.join(5)
             try:
                 loop.call_soon_threadsafe(self._on_exit, w, generation, process.exitcode)
             except RuntimeError:

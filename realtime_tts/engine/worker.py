@@ -248,6 +248,12 @@ class WorkerLoop:
         except Exception as exc:  # noqa: BLE001 — bad input or a model error: only this request fails
             self._fail(submit.request_id, exc)
             return
+        if num_tokens > self.backend.max_batch_tokens:
+            self.send(ipc.Failed(submit.request_id, errors.BadRequest.code,
+                                 f"text: this segment needs {num_tokens} tokens per step, more than the "
+                                 f"{self.backend.max_batch_tokens} one step can hold; send shorter text or "
+                                 "let the server split it (chunk_mode concurrent)", "text"))
+            return
         self.segments[submit.request_id] = _Segment(state, time.monotonic(), submit.priority)
         self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
                            priority=submit.priority, deadline_s=submit.deadline_s)

@@ -109,6 +109,22 @@ def test_an_aborted_id_can_be_reused_at_once(harness: Harness) -> None:
     assert len(got[-1].samples) == 10 * 960 * 4  # type: ignore[union-attr]
 
 
+def test_a_segment_larger_than_a_step_is_a_bad_request(backend: ModelBackend) -> None:
+    limit = backend.max_batch_tokens
+    backend.max_batch_tokens = 200
+    h = Harness(backend)
+    try:
+        h.inbox.put(ipc.Submit("huge", "Far too long for one step.", duration_s=20.0, num_step=4))
+        h.inbox.put(ipc.Submit("fits", "Fine.", duration_s=0.4, num_step=2))
+        got = h.until(lambda m: isinstance(m, ipc.Audio))
+        (failed,) = [m for m in got if isinstance(m, ipc.Failed)]
+        assert failed.request_id == "huge" and failed.code == "bad_request" and failed.field == "text"
+        assert "200" in failed.message
+    finally:
+        h.close()
+        backend.max_batch_tokens = limit
+
+
 def test_stats_stop_while_idle(harness: Harness) -> None:
     harness.inbox.put(ipc.Submit("x", "Quick one.", duration_s=0.4, num_step=2, seed=0))
     harness.until(lambda m: isinstance(m, ipc.Audio))

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -63,6 +64,15 @@ def test_health_and_models_show_the_omnivoice_worker(omnivoice_server: Any) -> N
     assert m["default"] and m["loaded"]
     assert m["capabilities"]["voice_modes"] == ["auto", "clone", "design"]
     assert m["capabilities"]["sample_rates"] == [SR]
+
+
+def test_the_web_process_never_loads_torch(omnivoice_server: Any) -> None:
+    """Serving OmniVoice, the server process maps no torch library; its worker does."""
+    ws_exchange(omnivoice_server.ws + "/v1/stream", [{"text": "Load check.", "num_step": 2, "duration": 0.4}])
+    server_maps = Path(f"/proc/{omnivoice_server.proc.pid}/maps").read_text()
+    assert "libtorch" not in server_maps
+    (worker_pid,) = omnivoice_server.worker_pids()
+    assert "libtorch" in Path(f"/proc/{worker_pid}/maps").read_text()
 
 
 def test_ws_stream_length_rate_and_determinism(omnivoice_server: Any) -> None:

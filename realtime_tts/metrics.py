@@ -54,12 +54,13 @@ class Metrics:
                                        registry=r)
 
     def watch_pool(self, engine: str, size: Callable[[], float], idle: Callable[[], float],
-                   queued: Callable[[], float]) -> None:
-        """Pool gauges read at scrape time from the engine (cheap, lock-free reads). queue_depth is labelled
-        by engine here; engines with several workers may add per-worker series."""
+                   queued: Callable[[], float] | None = None) -> None:
+        """Pool gauges read at scrape time from the engine (cheap, lock-free reads). queued: the engine's queue
+        as one queue_depth series labelled by engine (engines with workers report per-worker series)."""
         self.pool_size.labels(engine=engine).set_function(size)
         self.pool_idle.labels(engine=engine).set_function(idle)
-        self.queue_depth.labels(worker=engine).set_function(queued)
+        if queued is not None:
+            self.queue_depth.labels(worker=engine).set_function(queued)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -420,8 +420,14 @@ class Service:
         self.pool = pool
         self.metrics = metrics
         for name, engine in pool.engines.items():
+            # Engines with worker processes feed their own series (per-worker queue depth, step times, CUDA
+            # graph hits/misses) from worker reports; the others get one queue_depth series here.
+            attach = getattr(engine, "attach_metrics", None)
+            if attach is not None:
+                attach(metrics)
             metrics.watch_pool(name, (lambda e=engine: float(e.load().pool_size)),  # type: ignore[misc]
                                (lambda e=engine: float(e.load().idle)),  # type: ignore[misc]
+                               None if attach is not None else
                                (lambda e=engine: float(e.load().queued_segments)))  # type: ignore[misc]
 
     def engine_for(self, params: Params) -> Engine:

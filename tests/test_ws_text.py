@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from live_server import SAMPLE_RATE, Server, assert_speech, ws_exchange
+from live_server import SAMPLE_RATE, Server, assert_speech, pcm_to_float, ws_exchange
 from websockets.sync.client import connect
 
 REPLY = ("Sure, I can help with that. The train leaves at nine in the morning. "
@@ -77,3 +77,29 @@ def test_cancel_mid_stream(server: Server) -> None:
                 terminal = json.loads(msg)
                 break
     assert terminal["reason"] == "cancelled"
+
+
+def test_lunavox_example_text_variant(server: Server) -> None:
+    """The LunaVox example's loop against /v1/stream/text: text frames then {"end": true}; the first JSON
+    frame the client sees is the terminal one with the stats."""
+    import asyncio
+
+    import websockets
+
+    pcm: list[bytes] = []
+    printed: list[object] = []
+
+    async def main() -> None:
+        async with websockets.connect(f"{server.ws}/v1/stream/text") as ws:
+            await ws.send(json.dumps({"voice": "base"}))
+            for chunk in ("Hello ", "from the ", "server. ", "Streaming ", "works."):
+                await ws.send(json.dumps({"text": chunk}))
+            await ws.send(json.dumps({"end": True}))
+            while True:
+                msg = await ws.recv()
+                if isinstance(msg, bytes): pcm.append(msg)
+                else: printed.append(json.loads(msg)["stats"]); break
+
+    asyncio.run(main())
+    assert len(printed) == 1 and isinstance(printed[0], dict)
+    assert_speech(pcm_to_float(b"".join(pcm)), min_s=1.5, max_s=5.0)

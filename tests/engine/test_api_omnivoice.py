@@ -176,3 +176,23 @@ def test_killed_worker_fails_its_stream_restarts_and_health_tells(omnivoice_serv
     assert code == 1000 and texts[-1]["done"] is True
     assert pcm(audio).size > 0
     assert "Traceback" not in omnivoice_server.log(), omnivoice_server.log()
+
+
+def test_workers_exit_when_the_server_is_killed(omnivoice_server: Any) -> None:
+    """Runs last in this module (it kills the module's server): a SIGKILLed web process must not leave its
+    worker holding the device."""
+    (worker_pid,) = omnivoice_server.worker_pids()
+    os.kill(omnivoice_server.proc.pid, signal.SIGKILL)
+    omnivoice_server.proc.wait(10)
+    deadline = time.monotonic() + 30
+    while running(worker_pid):
+        assert time.monotonic() < deadline, "the orphaned worker is still running"
+        time.sleep(0.1)
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie has exited; only its reaping is pending

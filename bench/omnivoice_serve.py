@@ -235,7 +235,10 @@ def main() -> None:
 
             ckpt = ckpt or tempfile.mkdtemp(prefix=f"omnivoice-{args.build}-")
             t0 = time.perf_counter()
-            build_random_checkpoint(ckpt, size=args.build, seed=0)
+            import torch  # the bench process, not the server: draw the random weights where it is fast
+
+            build_random_checkpoint(ckpt, size=args.build, seed=0,
+                                    device="cuda" if torch.cuda.is_available() else None)
             if args.word_tokenizer:
                 sys.path.insert(0, str(REPO / "bench"))
                 from omnivoice_bench import write_word_tokenizer

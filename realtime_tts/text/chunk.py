@@ -157,17 +157,26 @@ def _words(text: str, cum: list[int], a: int, b: int, after: int, target: int, m
 
 
 def _hard(text: str, cum: list[int], a: int, b: int, target: int) -> list[Atom]:
-    """Equal pieces of about target on grapheme boundaries (the last resort)."""
-    total = cum[b] - cum[a]
-    count = math.ceil(total / target)
+    """Pieces of about target (never over it unless one grapheme is) on grapheme boundaries: the last resort.
+
+    Each cut aims at an equal share of what is left and snaps back to a grapheme boundary; the share is
+    recomputed after every cut, so a cut moved back (before a ZWJ sequence, a combining mark) lengthens the
+    remaining pieces a little instead of leaving the last one over the limit.
+    """
     out: list[Atom] = []
     pos = a
-    for k in range(1, count):
-        cut = bisect_left(cum, cum[a] + total * k / count, pos + 1, b)
-        while cut > pos + 1 and is_continuation(text, cut):
+    while cum[b] - cum[pos] > target:
+        rest = cum[b] - cum[pos]
+        aim = cum[pos] + rest / math.ceil(rest / target)
+        cut = bisect_right(cum, aim, pos + 1, b) - 1  # furthest cut with cum[cut] <= aim
+        while cut > pos and is_continuation(text, cut):
             cut -= 1
-        if cut <= pos or cut >= b:
-            continue
+        if cut <= pos:  # the first grapheme alone is heavier than the share: it goes alone
+            cut = pos + 1
+            while cut < b and is_continuation(text, cut):
+                cut += 1
+            if cut >= b:
+                break
         out.append((pos, cut, HARD))
         pos = cut
     out.append((pos, b, HARD))

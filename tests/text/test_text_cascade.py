@@ -191,3 +191,13 @@ def test_buffer_stays_bounded_on_a_long_stream() -> None:
     count += len(buffer.end())
     assert count > 200
     assert largest < 320 + 300
+
+
+def test_hard_cut_moved_before_a_zwj_sequence_keeps_every_piece_within_max() -> None:
+    # Regression (found by hypothesis): equal hard pieces whose second cut snapped back before a family
+    # emoji left the last piece at 15 > max_chars 12. Three pieces cannot fit here; four must.
+    text = "HelloHelloHelloHello👨\u200d👩\u200d👧HelloHello"
+    units = split_text(text, target_chars=12, max_chars=12)
+    sizes = check(text, units, max_chars=12)
+    assert "".join(u.text for u in units) == text
+    assert len(units) == 4 and min(sizes) >= 6, sizes

@@ -57,7 +57,8 @@ class Scheduler:
     Every call to schedule() picks the batch for one diffusion step from all live items: a new item joins at
     the next step, a finished one leaves after its last (complete_step), a cancelled one is dropped at the
     next plan. Items are ordered by (aged first, priority class, deadline, arrival) and packed greedily into
-    max_batch_tokens (latency_batch_tokens while a first segment or an urgent stream segment is live); an
+    max_batch_tokens, or, while a first segment or an urgent stream segment is live, into
+    max(latency_batch_tokens, tokens of all urgent items) capped at max_batch_tokens; an
     item that alone exceeds the budget still runs when it heads the order (alone), so an oversized segment
     cannot block the worker. Started items that do not fit simply pause: their state is their codes, which
     keep between steps.
@@ -65,7 +66,8 @@ class Scheduler:
 
     max_batch_tokens: int
     # While a first segment (or a stream segment due within urgent_s) is live, steps are packed under this
-    # smaller budget: fewer tokens per step → shorter steps → its 32 steps end sooner. None = no switch.
+    # smaller budget: fewer tokens per step → shorter steps → its 32 steps end sooner. It only cuts
+    # non-urgent work: urgent items alone may fill a step up to max_batch_tokens. None = no switch.
     latency_batch_tokens: int | None = None
     urgent_s: float = 0.5
     max_batch_items: int = 256
@@ -129,8 +131,14 @@ class Scheduler:
         order = sorted(self._items.values(), key=lambda it: self._key(it, now))
         num_active = sum(1 for it in order if it.steps_done > 0)
         budget = self.max_batch_tokens
-        if self.latency_batch_tokens is not None and any(self._urgent(it, now) for it in order):
-            budget = min(budget, self.latency_batch_tokens)
+        if self.latency_batch_tokens is not None:
+            urgent_tokens = sum(it.num_tokens for it in order if self._urgent(it, now))
+            if urgent_tokens:
+                # The small budget shortens steps by leaving the other work out, never urgent work: when first
+                # segments pile up (every HTTP request's only segment is one), the step grows to hold them
+                # all, up to max_batch_tokens. A fixed small budget capped throughput under load and let the
+                # queue, and with it every first audio, grow without bound (H200 load run: 50 of 100 req/s).
+                budget = min(budget, max(self.latency_batch_tokens, urgent_tokens))
         batch: list[_Item] = []
         num_tokens = 0
         for item in order:

@@ -174,6 +174,39 @@ def test_latency_budget_while_a_first_or_urgent_segment_is_live() -> None:
     assert run_step(s, clock)[0].budget == 30
 
 
+def test_latency_budget_never_leaves_waiting_first_segments_out() -> None:
+    # Under load every HTTP request's only segment is a first segment: a fixed small budget would run 3 of
+    # these 8 per step and let the rest queue; the step must hold them all (up to max_batch_tokens).
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=1000, latency_batch_tokens=30, clock=clock)
+    for i in range(8):
+        s.add(f"req{i}", num_tokens=10, num_steps=3, priority=PRIORITY_FIRST)
+    s.add("bulk", num_tokens=10, num_steps=3)
+    plan, _ = run_step(s, clock)
+    assert plan.budget == 80 and plan.batch == tuple(f"req{i}" for i in range(8))  # bulk still cut
+    # ... but never past max_batch_tokens
+    s2 = Scheduler(max_batch_tokens=50, latency_batch_tokens=30, clock=clock)
+    for i in range(8):
+        s2.add(f"req{i}", num_tokens=10, num_steps=3, priority=PRIORITY_FIRST)
+    plan, _ = run_step(s2, clock)
+    assert plan.budget == 50 and len(plan.batch) == 5
+
+
+def test_backlog_of_first_segments_drains_at_full_throughput() -> None:
+    # 40 first segments arrive at once (10 tokens, 4 steps each); with the latency budget (30) in force for
+    # every step they would need ~54 steps; with urgent work filling the step up to the full budget (200) it
+    # takes 4 × ceil(400 / 200) = 8 steps.
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=200, latency_batch_tokens=30, clock=clock)
+    for i in range(40):
+        s.add(f"r{i}", num_tokens=10, num_steps=4, priority=PRIORITY_FIRST)
+    steps = 0
+    while len(s):
+        run_step(s, clock)
+        steps += 1
+    assert steps == 8
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="max_batch_tokens"):
         Scheduler(max_batch_tokens=0)
@@ -235,10 +268,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert set(batch) <= set(self.live), "cancelled or finished item scheduled"
         tokens = sum(int(self.live[r]["tokens"]) for r in batch)  # type: ignore[arg-type]
         assert tokens == plan.num_tokens
-        urgent = any(v["priority"] == 0 or (v["priority"] == 1 and v["deadline"] is not None
-                                            and float(v["deadline"]) - now <= 1.0)  # type: ignore[arg-type]
-                     for v in self.live.values())
-        budget = self.LATENCY_BUDGET if urgent else self.BUDGET
+        urgent_tokens = sum(int(v["tokens"]) for v in self.live.values()  # type: ignore[call-overload]
+                            if v["priority"] == 0 or (v["priority"] == 1 and v["deadline"] is not None
+                                                      and float(v["deadline"]) - now <= 1.0))  # type: ignore[arg-type]
+        # the latency budget never holds urgent work back (up to the full budget)
+        budget = min(self.BUDGET, max(self.LATENCY_BUDGET, urgent_tokens)) if urgent_tokens else self.BUDGET
         assert plan.budget == budget
         assert tokens <= budget or len(batch) == 1, "budget exceeded by a multi-item batch"
         assert bool(batch) == bool(self.live), "idle step while work was waiting"

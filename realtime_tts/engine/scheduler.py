@@ -130,15 +130,7 @@ class Scheduler:
         cancelled, self._cancelled = tuple(self._cancelled), []
         order = sorted(self._items.values(), key=lambda it: self._key(it, now))
         num_active = sum(1 for it in order if it.steps_done > 0)
-        budget = self.max_batch_tokens
-        if self.latency_batch_tokens is not None:
-            urgent_tokens = sum(it.num_tokens for it in order if self._urgent(it, now))
-            if urgent_tokens:
-                # The small budget shortens steps by leaving the other work out, never urgent work: when first
-                # segments pile up (every HTTP request's only segment is one), the step grows to hold them
-                # all, up to max_batch_tokens. A fixed small budget capped throughput under load and let the
-                # queue, and with it every first audio, grow without bound (H200 load run: 50 of 100 req/s).
-                budget = min(budget, max(self.latency_batch_tokens, urgent_tokens))
+        budget = self.budget(order, now)
         batch: list[_Item] = []
         num_tokens = 0
         for item in order:
@@ -163,6 +155,19 @@ class Scheduler:
         if batch:
             self._num_steps_run += 1
         return StepPlan(tuple(it.request_id for it in batch), tuple(started), cancelled, num_tokens, budget)
+
+    def budget(self, order: list[_Item], now: float) -> int:
+        """Token budget of the next step, given the live items in schedule order."""
+        budget = self.max_batch_tokens
+        if self.latency_batch_tokens is not None:
+            urgent_tokens = sum(it.num_tokens for it in order if self._urgent(it, now))
+            if urgent_tokens:
+                # The small budget shortens steps by leaving the other work out, never urgent work: when first
+                # segments pile up (every HTTP request's only segment is one), the step grows to hold them
+                # all, up to max_batch_tokens. A fixed small budget capped throughput under load and let the
+                # queue, and with it every first audio, grow without bound (H200 load run: 50 of 100 req/s).
+                budget = min(budget, max(self.latency_batch_tokens, urgent_tokens))
+        return budget
 
     def _urgent(self, item: _Item, now: float) -> bool:
         if item.priority == 0:

@@ -32,7 +32,9 @@ HARD = -1
 # Cost of cutting at each boundary level, in units of (relative distance from target)².
 # Paragraph ends win a near tie with sentence ends.
 _PENALTY = {PARAGRAPH: 0.0, SENTENCE: 0.05, LINE: 0.2, CLAUSE_LEVEL: 0.5, WORD: 1.5, HARD: 4.0}
-_VISIBLE = regex.compile(r"\S+")
+# Runs of non-whitespace as str.isspace() sees it (the units' whitespace rule), which also counts the
+# information separators U+001C..U+001F that regex's \s does not.
+_VISIBLE = regex.compile(r"[^\s\x1c-\x1f]+")
 _HAN = regex.compile(r"\p{Han}")
 
 Atom = tuple[int, int, int]  # (start, end, level of the boundary after it)
@@ -137,7 +139,10 @@ def _words(text: str, cum: list[int], a: int, b: int, after: int, target: int, m
         if _HAN.search(text, s, e) and cum[e] - cum[s] > 3:
             pos = s
             for word in _jieba().cut(text[s:e]):
-                pieces.append((pos, pos + len(word)))
+                if pos > s and is_continuation(text, pos):
+                    pieces[-1] = (pieces[-1][0], pos + len(word))  # jieba split a grapheme: rejoin
+                else:
+                    pieces.append((pos, pos + len(word)))
                 pos += len(word)
         else:
             pieces.append((s, e))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import regex
 
-from realtime_tts.text.script import is_cjk
+from realtime_tts.text.script import is_cjk, is_continuation
 
 # --- the table -------------------------------------------------------------------------------------------
 
@@ -83,7 +83,8 @@ MAX_GAP = 16
 MAX_WORD = 40
 
 _ALL_MARKS = SPACED_TERMINATORS + ELLIPSIS + TERMINATORS + SPACED_CLAUSE + CLAUSE + "\n"
-MARK_RE = regex.compile("[" + regex.escape(_ALL_MARKS) + r"]|(?<=\p{Thai})[^\S\n]")
+# Whitespace after Thai other than a newline; str.isspace() (which _resolve uses) also counts U+001C..U+001F.
+MARK_RE = regex.compile("[" + regex.escape(_ALL_MARKS) + r"]|(?<=\p{Thai})(?:(?!\n)[\s\x1c-\x1f])")
 _SPACED_RUN = frozenset(SPACED_TERMINATORS + ELLIPSIS)
 _ANY_RUN = frozenset(SPACED_TERMINATORS + ELLIPSIS + TERMINATORS)
 _CLAUSE_RUN = frozenset(CLAUSE)
@@ -197,9 +198,10 @@ def _resolve(text: str, i: int, final: bool) -> tuple[int, int, int] | None:
 
 
 def _closers(text: str, i: int) -> int:
+    """End of the closers (and grapheme continuations: "‼️", "。\u0301") after a mark ending at text[i]."""
     n = len(text)
     while i < n:
-        if text[i] in _CLOSERS:
+        if text[i] in _CLOSERS or is_continuation(text, i):
             i += 1
         elif (text[i] in _GUILLEMET_SPACE and i + 1 < n and text[i + 1] in _GUILLEMETS
               and (i + 2 == n or not text[i + 2].isalnum())):

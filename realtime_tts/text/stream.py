@@ -184,8 +184,9 @@ class SentenceBuffer:
             return self._cascade(self.max_chars, self._spill_chars)
         return None
 
-    def _cascade(self, limit: int, low: int) -> int:
-        """Cut a unit that found no sentence end within limit: clause/newline → space → grapheme."""
+    def _cascade(self, limit: int, low: int) -> int | None:
+        """Cut a unit that found no sentence end within limit: clause/newline → space → grapheme
+        (None: wait for more text)."""
         origin, buf, cum = self._origin, self._buf, self._cum
         s = self._start - origin
         # hi: the furthest cut (buffer index) keeping the unit within limit
@@ -215,10 +216,18 @@ class SentenceBuffer:
             if is_script_break(buf, q):
                 return q + origin
             q -= 1
-        p = max(hi, s + 1)
-        while p > s + 1 and is_continuation(buf, p):
+        p = hi
+        while p > s and is_continuation(buf, p):
             p -= 1
-        return p + origin
+        if p > s:
+            return p + origin
+        # One grapheme cluster (a long ZWJ chain) alone is over the limit: it goes whole, once its end has
+        # arrived (the next character decides whether it goes on).
+        decided = self._frontier - origin
+        p = s + 1
+        while p < decided and is_continuation(buf, p):
+            p += 1
+        return p + origin if p < decided else None
 
     def _emit(self, cut: int, units: list[Unit]) -> None:
         buf, origin = self._buf, self._origin

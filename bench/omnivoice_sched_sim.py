@@ -16,6 +16,7 @@ import argparse
 import bisect
 import heapq
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from realtime_tts.engine.runner import BATCH_BUCKETS, FRAME_QUANTUM, TOKEN_BUCKETS  # noqa: E402
 from realtime_tts.engine.scheduler import Scheduler  # noqa: E402
 from realtime_tts.omnivoice_text import estimate_frames  # noqa: E402
 
@@ -41,6 +43,7 @@ REPLIES = (
 SHORT_INPUTS = ("Hello there, how are you today?", "Your table is ready now.", "Please hold on a moment.",
                 "The train leaves at five.", "Thank you for calling us.")
 NUM_STEP = 32
+KEYS: Counter[tuple[int, int, int]] = Counter()  # (token, batch, frame) bucket of every simulated step
 GAP_S = 0.24  # pacing.gap_ms: silence between sentences (playback slack)
 
 
@@ -57,6 +60,14 @@ def item_tokens(text: str) -> tuple[int, int]:
     frames = estimate_frames(text)
     prefix = 8 + len(text.split()) + sum(c in ",.!?;:" for c in text)
     return prefix + 2 * frames, frames
+
+
+def bucket_key(tokens: int, batch: int, frames: int) -> tuple[int, int, int]:
+    """engine/runner.StepRunner.bucket_for's (token, batch, frame) bucket of a step (reveal width aside)."""
+    def up(ladder: tuple[int, ...], n: int) -> int:
+        i = bisect.bisect_left(ladder, n)
+        return ladder[i] if i < len(ladder) else -1
+    return up(TOKEN_BUCKETS, tokens + 1), up(BATCH_BUCKETS, batch), -(-frames // FRAME_QUANTUM) * FRAME_QUANTUM
 
 
 class OldScheduler(Scheduler):
@@ -100,10 +111,12 @@ class Sim:
         self.done: dict[str, float] = {}
         self.on_done: dict[str, Any] = {}
         self.last_batch: tuple[str, ...] = ()
+        self.frames: dict[str, int] = {}
 
     def submit(self, t: float, rid: str, tokens: int, priority: int, deadline: float | None = None,
-               on_done: Any = None) -> None:
+               on_done: Any = None, frames: int = 0) -> None:
         self.seq += 1
+        self.frames[rid] = frames
         heapq.heappush(self.arrivals, _Arrival(t, self.seq, rid, tokens, priority, deadline))
         if on_done is not None:
             self.on_done[rid] = on_done
@@ -119,6 +132,7 @@ class Sim:
                     return
                 self.clock[0] = self.arrivals[0].t
                 continue
+            KEYS[bucket_key(plan.num_tokens, len(plan.batch), max(self.frames[r] for r in plan.batch))] += 1
             ms = step_ms(plan.num_tokens) + self.host.step_ms
             if plan.batch != self.last_batch:
                 ms += self.host.pack_ms_per_item * len(plan.batch)
@@ -146,8 +160,8 @@ def sim_load(policy: str, max_tokens: int, latency_tokens: int, host: Host, num:
     clock = [0.0]
     sim = Sim(make_scheduler(policy, max_tokens, latency_tokens, clock), clock, host)
     for i in range(num):
-        tokens, _ = item_tokens(SHORT_INPUTS[i % len(SHORT_INPUTS)])
-        sim.submit(i / rate, f"r{i}", tokens, priority=0)
+        tokens, frames = item_tokens(SHORT_INPUTS[i % len(SHORT_INPUTS)])
+        sim.submit(i / rate, f"r{i}", tokens, priority=0, frames=frames)
     sim.run()
     lat = np.array([sim.done[f"r{i}"] - i / rate for i in range(num)])
     return {"p50_s": float(np.percentile(lat, 50)), "p95_s": float(np.percentile(lat, 95)),
@@ -179,7 +193,7 @@ def sim_agents(policy: str, max_tokens: int, latency_tokens: int, host: Host, n:
         def submit(self, k: int, t: float) -> None:
             deadline = None if k == 0 else self.play_start + self.stall + self.sent_s  # playback runs dry
             sim.submit(max(t, self.ready[k]), f"a{self.a}-{k}", self.segs[k][0], priority=0 if k == 0 else 1,
-                       deadline=deadline, on_done=lambda done_t: self.finished(k, done_t))
+                       deadline=deadline, on_done=lambda done_t: self.finished(k, done_t), frames=self.segs[k][1])
 
         def finished(self, k: int, t: float) -> None:
             if k == 0:
@@ -215,6 +229,9 @@ def main() -> None:
     p.add_argument("--decode-ms-per-item", type=float, default=0.2)
     p.add_argument("--host-scale", default="0,1,2", help="comma-separated multipliers of the host overheads")
     p.add_argument("--calibrate", action="store_true", help="scan host scales for the old policy's load result")
+    p.add_argument("--keys", action="store_true",
+                   help="which CUDA-graph buckets the new policy's steps land in, and how many of those steps "
+                        "the worker's start-up captures (runner.serving_keys) cover")
     args = p.parse_args()
     base = Host(0.3, args.pack_ms_per_item, args.decode_ms, args.decode_ms_per_item)
     if args.calibrate:
@@ -222,6 +239,23 @@ def main() -> None:
         for k in (0, 1, 2, 3, 4, 6, 8):
             r = sim_load("old", args.max_tokens, args.latency_tokens, base.scaled(k), args.load, args.rate)
             print(f"host x{k}: " + ", ".join(f"{key} {v:.3f}" for key, v in r.items()))
+        return
+    if args.keys:
+        from realtime_tts.engine.runner import StepRunner
+
+        host = base.scaled(4)
+        for n in [int(x) for x in args.agents.split(",") if x]:
+            sim_agents("new", args.max_tokens, args.latency_tokens, host, n)
+        if args.load:
+            sim_load("new", args.max_tokens, args.latency_tokens, host, args.load, args.rate)
+        runner: Any = StepRunner.__new__(StepRunner)  # only the bucket ladders: no model
+        runner.token_buckets, runner.batch_buckets = TOKEN_BUCKETS, BATCH_BUCKETS
+        warm = {(k.num_tokens, k.batch, k.frames) for k in runner.serving_keys(args.max_tokens - 1)}
+        steps = sum(KEYS.values())
+        covered = sum(c for k, c in KEYS.items() if k in warm)
+        print(f"{len(KEYS)} distinct buckets over {steps} steps; serving_keys: {len(warm)} buckets, cover "
+              f"{covered / steps:.1%} of the steps; buckets hit but not warmed:",
+              sorted((k for k in KEYS if k not in warm), key=lambda k: -KEYS[k])[:10])
         return
     print(f"step model {STEP_TABLE}; host per step {base} × scale; max {args.max_tokens}, latency "
           f"{args.latency_tokens} tokens")

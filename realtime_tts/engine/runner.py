@@ -401,14 +401,40 @@ class StepRunner:
                         keys.append(key)
         return keys
 
-    def capture_startup(self, max_tokens: int, max_seconds: float = 30.0, num_steps: int = 32) -> int:
-        """Capture startup_keys() ahead (no request pays for their capture) until max_seconds pass, max_graphs
-        exist or free memory falls under min_free_bytes. → graphs captured now."""
+    def serving_keys(self, max_tokens: int, num_steps: int = 32, min_item_tokens: int = 100,
+                     frames: tuple[int, ...] = (64, 96, 128, 160)) -> list[BucketKey]:
+        """The buckets a serving worker's continuous batches land in: any number of items of min_item_tokens
+        (a short sentence, ~45 frames) to 2.5 × the frame bucket tokens (cond + uncond rows: the text prefix
+        is ~1 token per 2 frames), the longest of them under each frame bucket, up to max_tokens per step. Batches of live serving mix lengths, so
+        unlike startup_keys (uniform batches) every token bucket such a mix can fill is listed. Small batches
+        and short frame buckets first (first segments are short and latency-critical)."""
+        width = 33 if num_steps + 1 <= 33 else -(-(num_steps + 1) // 64) * 64 + 1
+        keys: list[BucketKey] = []
+        lo_items = 1
+        for num_b in self.batch_buckets:
+            for t in frames:
+                lo = lo_items * min_item_tokens + 1
+                hi = min(num_b * (5 * t // 2) + 1, max_tokens + 1)
+                for tokens in self.token_buckets:
+                    if tokens < lo or tokens > max_tokens + 1:
+                        continue
+                    key = BucketKey(tokens, num_b, t, width)
+                    if key not in keys:
+                        keys.append(key)
+                    if tokens >= hi:
+                        break
+            lo_items = num_b + 1
+        return keys
+
+    def capture_startup(self, max_tokens: int, max_seconds: float = 30.0, num_steps: int = 32,
+                        keys: list[BucketKey] | None = None) -> int:
+        """Capture keys (default startup_keys()) ahead, so no request pays for their capture, until
+        max_seconds pass, max_graphs exist or free memory falls under min_free_bytes. → graphs captured now."""
         if not self.use_graphs:
             return 0
         t0 = time.perf_counter()
         before = len(self.graphs)
-        for key in self.startup_keys(max_tokens, num_steps):
+        for key in keys if keys is not None else self.startup_keys(max_tokens, num_steps):
             if time.perf_counter() - t0 > max_seconds or self.capture(key) is None:
                 break
         return len(self.graphs) - before

@@ -72,7 +72,10 @@ class ModelBackend:
         self._ov = ov
         self.model = ov.OmniVoiceModel.from_pretrained(options.model_dir, dtype=options.dtype,
                                                        device=options.device)
-        self.runner = StepRunner(self.model)
+        # Room for every bucket serving_keys() lists (~160 at a 16k budget; each holds only its small static
+        # inputs, the graphs share one memory pool).
+        self.runner = StepRunner(self.model, max_graphs=256)
+        self._budget = options.max_batch_tokens
         self.device = options.device
         self.model_name = os.path.basename(options.model_dir.rstrip("/"))
         self.sample_rate = int(self.model.codec.sample_rate)
@@ -85,12 +88,22 @@ class ModelBackend:
         if self.model.device.type == "cuda":
             self._warm_up()
 
-    def _warm_up(self) -> None:
-        """Compile the Triton kernels and load cuBLAS/codec before Ready, so no request pays for it."""
+    def _warm_up(self, capture_s: float = 60.0) -> None:
+        """Compile the Triton kernels and load cuBLAS/codec before Ready, so no request pays for it; then capture
+        the CUDA graphs of the buckets serving lands in. Captured on first use instead, they stalled the
+        worker mid-serving (H200 run: captures of up to 1.0 s during the agent runs; N=25 had a worse p95
+        than N=50). bench/omnivoice_sched_sim.py --keys: these buckets cover every step of the bench's runs."""
         state, _, num_steps = self.prepare(ipc.Submit("warm-up", "Warm up.", duration_s=1.0, num_step=2, seed=0))
         for _ in range(num_steps):
             self.step([state])
         self.decode([state])
+        if self.runner.use_graphs:
+            budget = min(self._budget, self.max_batch_tokens)
+            t0 = time.perf_counter()
+            keys = self.runner.serving_keys(budget)
+            captured = self.runner.capture_startup(budget, max_seconds=capture_s, keys=keys)
+            log.info("captured %d of %d serving graph buckets in %.1f s", captured, len(keys),
+                     time.perf_counter() - t0)
 
     def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
         ov = self._ov

@@ -193,3 +193,27 @@ def test_capture_startup_then_requests_hit_without_capturing(tiny_checkpoint: Pa
     captured = runner.stats.graphs_captured
     runner.run([item])
     assert runner.stats.graphs_captured == captured and runner.stats.graph_hits == 4
+
+
+def test_serving_keys_cover_mixed_continuous_batches(model_fp32: OmniVoiceModel) -> None:
+    """The worker captures serving_keys() at start-up: batches that mix sentence lengths (as continuous
+    batching makes them) of any size up to the step budget land in one of them, small batches first."""
+    import random
+
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False)
+    budget = 16383
+    keys = set(runner.serving_keys(budget))
+    ordered = runner.serving_keys(budget)
+    assert [k.batch for k in ordered] == sorted(k.batch for k in ordered) and len(keys) == len(ordered)
+    assert all(k.num_tokens <= budget + 1 for k in keys)
+    rng = random.Random(0)
+    params = DecodeParams(num_step=4)
+    pool = [prepare(model_fp32, t, language="en", duration_s=d, params=params)
+            for t in TEXTS for d in (1.8, 2.8, 3.8, 5.0, 6.0)]
+    for size in (1, 2, 3, 5, 8, 13, 20, 33, 47, 64, 90, 128):
+        states = [decoding.ItemState.start(rng.choice(pool)) for _ in range(size)]
+        batch = decoding.pack(states, "cpu")
+        if batch.num_tokens + 1 > budget:
+            continue  # the scheduler never packs a step this large
+        key = runner.bucket_for(batch)
+        assert key in keys, (size, batch.num_tokens, key)

@@ -1,7 +1,7 @@
 """HTTP and WebSocket routes (Starlette): WS sessions with a reader and a writer task, HTTP speech endpoints,
 health, models, metrics, and the ONE mapping of errors.TTSError to HTTP status / WS close code.
 
-Imports service, protocol, audio, metrics, engine.pool; never an engine's internals, never torch.
+Imports service, protocol, audio, metrics, engine.pool, text (its warm-up); never an engine's internals, never torch.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from realtime_tts import audio, protocol
+from realtime_tts import audio, protocol, text
 from realtime_tts.config import Config
 from realtime_tts.engine.pool import EnginePool
 from realtime_tts.errors import BadRequest, IdleTimeout, PayloadTooLarge, TTSError
@@ -440,11 +441,21 @@ class AppState:
             self.metrics.ws_connections.dec()
 
 
+def _warm_text() -> None:
+    try:
+        text.warm_up()
+    except Exception:  # only a warm-up: the first split that needs jieba loads it instead
+        log.warning("text warm-up failed", exc_info=True)
+
+
 def create_app(config: Config) -> Starlette:
     state = AppState(config)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # jieba's dictionary (~1-2 s of CPU) loads on a thread while the voice workers load, so the first
+        # Chinese text is not split on the event loop with a cold jieba; readiness never waits for it.
+        threading.Thread(target=_warm_text, name="text-warm-up", daemon=True).start()
         await state.pool.start()
         try:
             yield

@@ -40,13 +40,21 @@ from realtime_tts.engine.pool import EnginePool
 from realtime_tts.errors import BadRequest, NotFound, TTSError
 from realtime_tts.metrics import Metrics
 from realtime_tts.protocol import Params, SpeechRequest
-from realtime_tts.text import SentenceBuffer, Unit, split_text, text_length
+from realtime_tts.text import SentenceBuffer, Unit, normalize_space, split_text, text_length
 
 log = logging.getLogger(__name__)
 
 # Segments generated ahead of the one being sent (pipelining), per chunk_mode.
 _LOOKAHEAD = {"concurrent": 2, "sequential": 1, "none": 1}
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# Texts longer than this are cut into units on a thread: split_text takes ~1 ms per 2,000 characters here but
+# grows faster than linearly (~11 ms at 8,000, ~26 ms at 20,000), too long to hold the event loop.
+_SPLIT_INLINE_CHARS = 2_000
+
+
+def speakable(text: str) -> bool:
+    """Has something a voice can say: a letter or a digit (only punctuation, symbols or emoji: nothing)."""
+    return any(ch.isalnum() for ch in text)
 
 
 # -- events a Synthesis yields, in order ---------------------------------------------------------------------
@@ -142,7 +150,8 @@ class Synthesis:
         self._framer = Framer(self.sample_rate, first_frame_ms=cfg.pacing.first_frame_ms,
                               frame_ms=cfg.pacing.frame_ms)
         self._units: asyncio.Queue[Unit | None] = asyncio.Queue()
-        self._segments: asyncio.Queue[_Segment | _Cancelled | None] = asyncio.Queue()
+        self._segments: asyncio.Queue[_Segment | TTSError | _Cancelled | None] = asyncio.Queue()
+        self._splitter: asyncio.Task[None] | None = None
         self._live: dict[int, _Segment] = {}
         self._lookahead = asyncio.Semaphore(_LOOKAHEAD[params.chunk_mode])
         self._producer: asyncio.Task[None] | None = None
@@ -167,20 +176,46 @@ class Synthesis:
     # -- text in -------------------------------------------------------------------------------------------
 
     def speak(self, text: str) -> None:
-        """Whole text at once (/v1/stream, HTTP): the long-text chunker cuts it, then the text ends."""
-        cfg = self._service.config.text
-        if self.params.chunk_mode == "none":
-            units = [Unit(text=text.strip(), start=0, end=len(text), first=True)] if text.strip() else []
-        else:
-            units = split_text(text, target_chars=cfg.target_chars, max_chars=cfg.max_chars,
-                               first_chars=cfg.first_segment_min_chars)
-        if self.params.duration is not None and units:
-            lengths = [max(1, text_length(u.text)) for u in units]
-            total = sum(lengths)
-            self._duration_share = {i: self.params.duration * n / total for i, n in enumerate(lengths)}
+        """Whole text at once (/v1/stream, HTTP): the long-text chunker cuts it (on a thread when the text is
+        long), then the text ends."""
         self._note_text(len(text))
+        if self.params.chunk_mode == "none" or len(text) <= _SPLIT_INLINE_CHARS:
+            self._speak_units(self._split(text))
+        else:
+            self._ended = True  # no more text comes; the units and the end mark follow from the thread
+            self._splitter = asyncio.create_task(self._split_off_loop(text), name=f"synth-{self.id}-split")
+
+    def _split(self, text: str) -> list[Unit]:
+        if self.params.chunk_mode == "none":
+            stripped = text.strip()
+            if not stripped:
+                return []
+            start = len(text) - len(text.lstrip())
+            return [Unit(text=normalize_space(text), start=start, end=start + len(stripped), first=True)]
+        cfg = self._service.config.text
+        return split_text(text, target_chars=cfg.target_chars, max_chars=cfg.max_chars,
+                          first_chars=cfg.first_segment_min_chars)
+
+    async def _split_off_loop(self, text: str) -> None:
+        try:
+            units = await asyncio.to_thread(self._split, text)
+        except TTSError as e:
+            self._segments.put_nowait(e)
+            return
+        except Exception as e:  # a text-package bug: an internal error for this request, the server stays up
+            log.exception("split_text failed")
+            self._segments.put_nowait(TTSError(f"text split failed: {type(e).__name__}: {e}"))
+            return
+        self._speak_units(units)
+
+    def _speak_units(self, units: list[Unit]) -> None:
+        if self.params.duration is not None and units:
+            lengths = [max(1, text_length(u.text)) if speakable(u.text) else 0 for u in units]
+            total = max(1, sum(lengths))
+            self._duration_share = {i: self.params.duration * n / total for i, n in enumerate(lengths)}
         self._put_units(units)
-        self.end()
+        self._ended = True
+        self._units.put_nowait(_END)
 
     def feed(self, chunk: str) -> None:
         if self._buffer is None or self._ended:
@@ -225,6 +260,8 @@ class Synthesis:
             seg = await self._segments.get()
             if seg is None or isinstance(seg, _Cancelled) or self._cancelled:
                 break
+            if isinstance(seg, TTSError):
+                raise seg
             start = SegmentStarted(seg.index, seg.unit.text, seg.unit.start, seg.unit.end, self._samples_out)
             if self._service.wants_events(self):
                 yield start
@@ -281,7 +318,11 @@ class Synthesis:
             if self._cancelled:
                 return
             seg = _Segment(index, unit, self._segment_request(index, unit), asyncio.Queue())
-            seg.task = asyncio.create_task(self._generate(seg), name=f"synth-{self.id}-seg{index}")
+            if speakable(unit.text):
+                seg.task = asyncio.create_task(self._generate(seg), name=f"synth-{self.id}-seg{index}")
+            else:  # only punctuation/emoji: no engine work, but the segment (and its offsets) stays in the stream
+                seg.chunks.put_nowait(None)
+                seg.has_audio.set()
             self._live[index] = seg
             self._segments.put_nowait(seg)
             previous = seg
@@ -345,6 +386,8 @@ class Synthesis:
     def _abort_all(self) -> None:
         if self._producer is not None:
             self._producer.cancel()
+        if self._splitter is not None:
+            self._splitter.cancel()
         for seg in list(self._live.values()):
             if seg.task is not None:
                 seg.task.cancel()
@@ -357,8 +400,7 @@ class Synthesis:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         tasks = [s.task for s in self._live.values() if s.task is not None]
-        if self._producer is not None:
-            tasks.append(self._producer)
+        tasks += [t for t in (self._producer, self._splitter) if t is not None]
         self._abort_all()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,21 +1,31 @@
-"""CpuEngine: the English voice shipped inside the `hibari-tts` wheel, run in a bounded pool of threads.
+"""CpuEngine: the English voice shipped inside the `hibari-tts` wheel, run in a pool of worker processes.
 
-One Hibari instance (ONNX session + G2P) per thread; jobs are taken in priority order (first audio of a turn
-first, then streams about to run dry, then bulk); nothing runs on the event loop. Only the in-package voice
-"heart" is used, so nothing is ever downloaded. Must not import torch or the OmniVoice engine.
+One fresh interpreter per core (`python -m realtime_tts.engine.cpu`), each with one Hibari instance (ONNX
+session + G2P): hibari's G2P and DSP hold the GIL, so threads do not scale across cores and processes do. Jobs
+are taken in priority order (first audio of a turn first, then streams about to run dry, then bulk); the web
+process only sends text and receives float32 audio over a socket pair, from one I/O thread per worker, never on
+the event loop. Only the in-package voice "heart" is used, so nothing is ever downloaded. Must not import torch
+or the OmniVoice engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
+import logging
 import math
 import os
-import queue
-import threading
+import signal
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any, Literal
 
 import numpy as np
@@ -32,7 +42,9 @@ from realtime_tts.engine.base import (
     VoicePrompt,
     WorkerHealth,
 )
-from realtime_tts.errors import BadRequest, EngineUnavailable, Overloaded, UnsupportedVoiceMode
+from realtime_tts.errors import BadRequest, EngineDead, EngineUnavailable, Overloaded, UnsupportedVoiceMode
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
 VOICE = "heart"  # the only voice inside the wheel (American English, female)
@@ -42,85 +54,246 @@ OPENAI_PRESETS = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "o
 PRESETS = (VOICE, *OPENAI_PRESETS)
 ENGLISH = ("en", "en-us", "en_us", "en-gb", "en_gb", "english", "auto")
 GPU_ENGINE = "omnivoice"
-# Admission limit: jobs waiting for a thread, per thread (beyond it: Overloaded, retry later).
+# Admission limit: jobs waiting for a worker, per worker (beyond it: Overloaded, retry later).
 MAX_QUEUED_PER_WORKER = 64
+# A worker that does not load within this long is reported as failed (loading takes ~1 s here).
+LOAD_TIMEOUT_S = 120.0
 
+
+# -- the worker process ----------------------------------------------------------------------------------------
+
+def _worker_main(conn: Connection, threads: int) -> None:
+    """Worker process: load the voice once, then answer (text, phonemes, index, speed, seed) jobs with
+    (t_start, t_end, phonemes, float32 audio bytes) until the pipe closes (the web process went away)."""
+    try:
+        from hibari import Hibari  # imported here: only worker processes need onnxruntime
+
+        tts = Hibari(voice=VOICE, threads=threads)
+        tts("Warm up.", seed=0)  # loads the G2P tables and touches every ONNX kernel once
+    except Exception as e:  # noqa: BLE001 — the process edge: reported to the web process, which raises
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            text, phonemes, index, speed, seed = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            t_start = time.perf_counter()
+            if phonemes is None:
+                phonemes = list(tts.phonemize(text))
+            if not phonemes:
+                reply: tuple[Any, ...] = ("ok", t_start, time.perf_counter(), [""], b"")
+            else:
+                # A fresh generator per sentence: a sentence's audio depends only on its text and the seed, so
+                # how the text was cut into segments does not change the sound.
+                rng = np.random.default_rng(seed)
+                samples = tts.from_ids(tts.ids(phonemes[index]), speed, rng)  # [num_samples] float32
+                pcm = np.ascontiguousarray(samples, dtype=np.float32).tobytes()
+                reply = ("ok", t_start, time.perf_counter(), phonemes, pcm)
+        except Exception as e:  # noqa: BLE001 — the job's edge: re-raised in the awaiting coroutine
+            reply = ("fail", f"{type(e).__name__}: {e}")
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+
+
+# -- the web-process side ----------------------------------------------------------------------------------------
 
 @dataclass(order=True)
 class _Job:
     key: tuple[int, float, int]  # (priority, deadline, arrival): the queue's order
-    fn: Callable[[Any], Any] | None = field(compare=False)  # None: the thread stops
-    future: asyncio.Future[Any] | None = field(compare=False, default=None)
-    loop: asyncio.AbstractEventLoop | None = field(compare=False, default=None)
+    payload: tuple[Any, ...] = field(compare=False)  # (text, phonemes, index, speed, seed)
+    future: asyncio.Future[Any] = field(compare=False)
 
 
-class _VoiceThreads:
-    """n threads, each owning one Hibari instance, serving jobs from one priority queue."""
+class _Worker:
+    """One voice process and its pipe. Blocking pipe I/O runs on this worker's own thread."""
 
-    def __init__(self, num_threads: int, threads_per_voice: int):
-        self.num_threads = num_threads
-        self._threads_per_voice = threads_per_voice
-        self._jobs: queue.PriorityQueue[_Job] = queue.PriorityQueue()
-        self._arrival = itertools.count()
-        self._lock = threading.Lock()
-        self.busy = 0
-        self.queued = 0
-        self._threads: list[threading.Thread] = []
+    def __init__(self, worker_id: int, threads: int):
+        self.worker_id = worker_id
+        self._threads = threads
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cpu-voice-{worker_id}")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.conn: Connection | None = None
+        self.status: Literal["ok", "loading", "restarting", "error"] = "loading"
+        self.detail = ""
+        self.restarts = 0
+        self.busy = False
 
     async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._io, self._spawn)
+
+    def _spawn(self) -> None:
+        # A fresh interpreter (never fork: the web process has threads), started as its own module rather than
+        # through multiprocessing's spawn, which would re-import the server's __main__ and whose children the
+        # OmniVoice engine's tooling counts as its own workers.
+        ours, theirs = socket.socketpair()
+        with theirs:
+            proc = subprocess.Popen([sys.executable, "-m", "realtime_tts.engine.cpu", str(theirs.fileno()),
+                                     str(self._threads)], pass_fds=(theirs.fileno(),))
+        # theirs is closed here, so our end reports EOF when the worker dies
+        parent = Connection(ours.detach())
+        try:
+            if not parent.poll(LOAD_TIMEOUT_S):
+                raise EngineUnavailable(f"CPU voice worker {self.worker_id} did not load in {LOAD_TIMEOUT_S:.0f} s")
+            kind, info = parent.recv()
+        except (EOFError, OSError) as e:
+            proc.kill()
+            proc.wait()
+            raise EngineUnavailable(f"CPU voice worker {self.worker_id} exited while loading") from e
+        except EngineUnavailable:
+            proc.kill()
+            proc.wait()
+            raise
+        if kind != "ready":
+            proc.wait(5)
+            raise EngineUnavailable(f"CPU voice failed to load: {info}")
+        self.process, self.conn = proc, parent
+        self.status, self.detail = "ok", ""
+
+    def _roundtrip(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
+        assert self.conn is not None
+        try:
+            self.conn.send(payload)
+            return tuple(self.conn.recv())
+        except (EOFError, OSError) as e:
+            raise EngineDead(f"CPU voice worker {self.worker_id} died while synthesizing") from e
+
+    async def call(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
+        return await asyncio.get_running_loop().run_in_executor(self._io, self._roundtrip, payload)
+
+    def _reap(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.process is not None:
+            self.process.kill()  # a worker whose pipe broke but which lingers must not keep a core
+            self.process.wait(5)
+            self.process = None
+
+    async def restart(self) -> None:
+        self.status, self.restarts = "restarting", self.restarts + 1
         loop = asyncio.get_running_loop()
-        ready = [loop.create_future() for _ in range(self.num_threads)]
-        for i, fut in enumerate(ready):
-            t = threading.Thread(target=self._run, args=(loop, fut), name=f"cpu-voice-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
-        await asyncio.gather(*ready)
+        await loop.run_in_executor(self._io, self._reap)
+        await loop.run_in_executor(self._io, self._spawn)
 
     def stop(self) -> None:
-        for _ in self._threads:
-            self._jobs.put(_Job((1 << 30, math.inf, next(self._arrival)), None))  # sorts after every job
+        self.status, self.detail = "error", "stopped"
+        if self.conn is not None:
+            self.conn.close()  # the worker sees EOF and exits
+            self.conn = None
+        if self.process is not None:
+            try:
+                self.process.wait(2)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+        self._io.shutdown(wait=False, cancel_futures=True)
 
-    def submit(self, fn: Callable[[Any], Any], priority: int, deadline: float | None) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        with self._lock:
-            self.queued += 1
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+
+class _VoiceProcesses:
+    """n worker processes serving jobs from one priority queue (kept on the event loop)."""
+
+    def __init__(self, num_workers: int, threads_per_voice: int):
+        self.workers = [_Worker(i, threads_per_voice) for i in range(num_workers)]
+        self._heap: list[_Job] = []
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._arrival = itertools.count()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.workers)
+
+    @property
+    def queued(self) -> int:
+        return len(self._heap)
+
+    @property
+    def busy(self) -> int:
+        return sum(w.busy for w in self.workers)
+
+    async def start(self) -> None:
+        try:
+            await asyncio.gather(*(w.start() for w in self.workers))
+        except BaseException:
+            self.stop()
+            raise
+        self._tasks = [asyncio.create_task(self._serve(w), name=f"cpu-voice-{w.worker_id}") for w in self.workers]
+
+    def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for w in self.workers:
+            w.stop()
+        for job in self._heap:
+            if not job.future.done():
+                job.future.set_exception(EngineUnavailable("CPU voice stopped"))
+        self._heap.clear()
+
+    def submit(self, payload: tuple[Any, ...], priority: int, deadline: float | None) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         key = (priority, deadline if deadline is not None else math.inf, next(self._arrival))
-        self._jobs.put(_Job(key, fn, fut, loop))
+        heapq.heappush(self._heap, _Job(key, payload, fut))
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
         return fut
 
-    def _run(self, loop: asyncio.AbstractEventLoop, ready: asyncio.Future[None]) -> None:
-        try:
-            from hibari import Hibari  # imported here: only voice threads need onnxruntime
-
-            tts = Hibari(voice=VOICE, threads=self._threads_per_voice)
-            tts("Warm up.", seed=0)  # loads the G2P tables and touches every ONNX kernel once
-        except Exception as e:  # noqa: BLE001 — the thread's edge: reported to start(), which raises
-            loop.call_soon_threadsafe(_settle, ready, None, e)
-            return
-        loop.call_soon_threadsafe(_settle, ready, None, None)
+    async def _next(self) -> _Job:
         while True:
-            job = self._jobs.get()
-            if job.fn is None or job.future is None or job.loop is None:
-                return
-            with self._lock:
-                self.queued -= 1
-            if job.future.cancelled():  # the request went away while queued
-                continue
-            with self._lock:
-                self.busy += 1
+            while not self._heap:
+                waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                await waiter
+            job = heapq.heappop(self._heap)
+            if not job.future.done():  # a cancelled job (its request went away while queued) is dropped
+                return job
+
+    async def _serve(self, worker: _Worker) -> None:
+        while True:
+            job = await self._next()
+            worker.busy = True
             try:
-                result, error = job.fn(tts), None
-            except Exception as e:  # noqa: BLE001 — the worker-loop edge: re-raised in the awaiting coroutine
-                result, error = None, e
+                reply = await worker.call(job.payload)
+            except EngineDead as e:
+                worker.busy = False
+                _settle(job.future, None, e)
+                log.warning("CPU voice worker %d (pid %s) died; restarting it", worker.worker_id, worker.pid)
+                await self._restart(worker)
+                continue
             finally:
-                with self._lock:
-                    self.busy -= 1
-            job.loop.call_soon_threadsafe(_settle, job.future, result, error)
+                worker.busy = False
+            if reply[0] == "ok":
+                _settle(job.future, reply[1:], None)
+            else:
+                _settle(job.future, None, EngineUnavailable(f"CPU voice failed: {reply[1]}"))
+
+    async def _restart(self, worker: _Worker) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await worker.restart()
+                return
+            except EngineUnavailable as e:
+                worker.status, worker.detail = "error", str(e)
+                log.error("CPU voice worker %d failed to restart: %s", worker.worker_id, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if fut.done():
+    if fut.done():  # cancelled while running: the result is discarded
         return
     if error is not None:
         fut.set_exception(error)
@@ -134,7 +307,7 @@ class CpuEngine:
 
     def __init__(self, config: Config):
         num = config.cpu.cpu_workers or os.cpu_count() or 1
-        self._pool = _VoiceThreads(num, config.cpu.cpu_threads_per_worker)
+        self._pool = _VoiceProcesses(num, config.cpu.cpu_threads_per_worker)
         self._status: str = "loading"
         self._detail = ""
         self._active: set[str] = set()
@@ -178,7 +351,7 @@ class CpuEngine:
         self.check(request)
         if self._status != "ok":
             raise EngineUnavailable(f"CPU voice is not ready ({self._status})")
-        if self._pool.queued >= MAX_QUEUED_PER_WORKER * self._pool.num_threads:
+        if self._pool.queued >= MAX_QUEUED_PER_WORKER * self._pool.num_workers:
             raise Overloaded("CPU voice queue is full", retry_after_ms=500)
         rid = request.request_id
         t_submit = time.perf_counter()
@@ -192,10 +365,12 @@ class CpuEngine:
                 # Only the segment's first sentence is "first audio"; the rest can wait behind other turns'.
                 priority = request.priority if index == 0 else max(request.priority, PRIORITY_STREAM)
                 deadline = request.deadline_s if priority != PRIORITY_FIRST else None
-                job = self._pool.submit(_SentenceJob(request, phonemes, index), priority, deadline)
-                t_start, t_end, phonemes, samples = await job
+                job = self._pool.submit((request.text, phonemes, index, request.speed, request.seed),
+                                        priority, deadline)
+                t_start, t_end, phonemes, pcm = await job
+                assert phonemes is not None
                 index += 1
-                yield AudioChunk(samples=samples, last=index >= len(phonemes),
+                yield AudioChunk(samples=np.frombuffer(pcm, dtype=np.float32), last=index >= len(phonemes),
                                  queue_ms=(t_start - t_submit) * 1e3 if index == 1 else 0.0,
                                  gen_ms=(t_end - t_start) * 1e3, batch_size=1)
         finally:
@@ -211,33 +386,25 @@ class CpuEngine:
                                    "engine (start the server with --model DIR)", field="voice")
 
     def health(self) -> EngineHealth:
-        status: Literal["ok", "loading", "error"] = (
-            "ok" if self._status == "ok" else "loading" if self._status == "loading" else "error")
-        workers = tuple(WorkerHealth(worker_id=i, status=status, device="cpu") for i in range(self._pool.num_threads))
+        if self._status != "ok":
+            status: Literal["ok", "loading", "error"] = "loading" if self._status == "loading" else "error"
+        else:  # serving while at least one worker is up (the others restart)
+            status = "ok" if any(w.status == "ok" for w in self._pool.workers) else "error"
+        workers = tuple(WorkerHealth(worker_id=w.worker_id, status=w.status, device="cpu", in_flight=int(w.busy),
+                                     restarts=w.restarts, detail=w.detail) for w in self._pool.workers)
         return EngineHealth(status=status, detail=self._detail, workers=workers)
 
     def load(self) -> EngineLoad:
-        n = self._pool.num_threads
+        n = self._pool.num_workers
         busy = min(self._pool.busy, n)
-        return EngineLoad(pool_size=n, idle=n - busy, queued_segments=max(0, self._pool.queued),
-                          in_flight_segments=busy)
+        return EngineLoad(pool_size=n, idle=n - busy, queued_segments=self._pool.queued, in_flight_segments=busy)
+
+    def worker_pids(self) -> list[int | None]:
+        """The voice processes' ids, by worker (tests and operators: which process to look at)."""
+        return [w.pid for w in self._pool.workers]
 
 
-@dataclass(frozen=True, slots=True)
-class _SentenceJob:
-    """Runs on a voice thread: G2P when not done yet, then one sentence → float32 [num_samples]."""
-
-    request: SegmentRequest
-    phonemes: list[str] | None
-    index: int
-
-    def __call__(self, tts: Any) -> tuple[float, float, list[str], np.ndarray]:
-        t_start = time.perf_counter()
-        phonemes = self.phonemes if self.phonemes is not None else list(tts.phonemize(self.request.text))
-        if not phonemes:
-            return t_start, time.perf_counter(), [""], np.zeros(0, np.float32)
-        # A fresh generator per sentence: a sentence's audio depends only on its text and the seed, so how
-        # the text was cut into segments does not change the sound.
-        rng = np.random.default_rng(self.request.seed)
-        samples = tts.from_ids(tts.ids(phonemes[self.index]), self.request.speed, rng)  # [num_samples] float32
-        return t_start, time.perf_counter(), phonemes, np.asarray(samples, dtype=np.float32)
+if __name__ == "__main__":
+    # Ctrl-C in a terminal reaches the whole process group: the server shuts down and closes our socket.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_main(Connection(int(sys.argv[1])), int(sys.argv[2]))

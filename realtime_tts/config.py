@@ -33,7 +33,7 @@ class ServerConfig:
 
 @dataclass(frozen=True)
 class CpuVoiceConfig:
-    cpu_workers: int = _doc("Threads (each with its own ONNX session) running the CPU voice; 0 = cores.", default=0)
+    cpu_workers: int = _doc("Worker processes (each with its own voice) running the CPU voice; 0 = cores.", default=0)
     cpu_threads_per_worker: int = _doc("onnxruntime intra-op threads per CPU-voice worker.", default=1)
 
 

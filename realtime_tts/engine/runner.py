@@ -402,7 +402,7 @@ class StepRunner:
         return keys
 
     def serving_keys(self, max_tokens: int, num_steps: int = 32, min_item_tokens: int = 100,
-                     frames: tuple[int, ...] = (64, 96, 128, 160)) -> list[BucketKey]:
+                     frames: tuple[int, ...] = (32, 64, 96, 128, 160)) -> list[BucketKey]:
         """The buckets a serving worker's continuous batches land in: any number of items of min_item_tokens
         (a short sentence, ~45 frames) to 2.5 × the frame bucket tokens (cond + uncond rows: the text prefix
         is ~1 token per 2 frames), the longest of them under each frame bucket, up to max_tokens per step. Batches of live serving mix lengths, so

@@ -14,6 +14,7 @@ import random
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -45,7 +46,11 @@ class Backend(Protocol):
         """One diffusion step for every state (each at its own step index)."""
 
     def decode(self, states: list[Any]) -> list[bytes]:
-        """Finished states → float32 little-endian mono audio, one per state, batched."""
+        """Finished states → float32 little-endian mono audio, one per state, batched. Called from the loop's
+        decode thread while the loop thread steps."""
+
+    def bind_thread(self) -> None:
+        """Run once in the decode thread before its first decode (e.g. select the device)."""
 
     def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt: ...
 
@@ -65,6 +70,16 @@ class ModelBackend:
         from realtime_tts import model as ov
         from realtime_tts.engine.runner import StepRunner
 
+        # Decodes run in the loop's decode thread while steps run here; a CUDA graph capture must not see
+        # another thread's CUDA work (global capture mode), so captures and decodes exclude each other.
+        self._cuda_lock = threading.Lock()
+        lock = self._cuda_lock
+
+        class _Runner(StepRunner):
+            def capture(self, key: Any) -> Any:
+                with lock:
+                    return super().capture(key)
+
         if options.num_threads > 0:
             torch.set_num_threads(options.num_threads)
         if options.device.startswith("cuda"):
@@ -74,7 +89,7 @@ class ModelBackend:
                                                        device=options.device)
         # Room for every bucket serving_keys() lists (~160 at a 16k budget; each holds only its small static
         # inputs, the graphs share one memory pool).
-        self.runner = StepRunner(self.model, max_graphs=256)
+        self.runner = _Runner(self.model, max_graphs=256)
         self._budget = options.max_batch_tokens
         self.device = options.device
         self.model_name = os.path.basename(options.model_dir.rstrip("/"))
@@ -88,7 +103,7 @@ class ModelBackend:
         if self.model.device.type == "cuda":
             self._warm_up()
 
-    def _warm_up(self, capture_s: float = 60.0) -> None:
+    def _warm_up(self, capture_s: float = 30.0) -> None:
         """Compile the Triton kernels and load cuBLAS/codec before Ready, so no request pays for it; then capture
         the CUDA graphs of the buckets serving lands in. Captured on first use instead, they stalled the
         worker mid-serving (H200 run: captures of up to 1.0 s during the agent runs; N=25 had a worse p95
@@ -128,15 +143,23 @@ class ModelBackend:
         self.runner.step(states)
 
     def decode(self, states: list[Any]) -> list[bytes]:
-        waves = self.runner.decode(states)
+        with self._cuda_lock:
+            waves = self.runner.decode(states)
         return [self._ov.match_loudness(w, s.item.ref_rms).astype("<f4").tobytes()
                 for w, s in zip(waves, states, strict=True)]
+
+    def bind_thread(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.set_device(torch.device(self.device))  # per thread: the decode thread's default is cuda:0
 
     def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt:
         import numpy as np
 
         wave = np.frombuffer(audio, dtype="<f4").astype(np.float32)
-        vp = self.model.encode_prompt(wave, sample_rate, ref_text).to_voice_prompt()
+        with self._cuda_lock:  # the codec is the decode thread's too
+            vp = self.model.encode_prompt(wave, sample_rate, ref_text).to_voice_prompt()
         return ipc.Prompt(vp.ref_text, vp.codes, vp.num_codebooks, vp.num_frames, vp.ref_rms)
 
     def counters(self) -> tuple[int, int]:
@@ -209,16 +232,25 @@ class WorkerLoop:
         self._last_plan: StepPlan | None = None
         self._last_stats: ipc.Stats | None = None
         self._recent_step_ms: list[float] = []
+        # Finished segments are decoded (codec + copy to the host) and sent from this thread, so the step loop
+        # does not wait for them: decoding inline cost the loop a host round trip nearly every step under load
+        # (bench/omnivoice_sched_sim.py: host work per step is what separates the H200 load run from the
+        # GPU's step times). One thread: jobs run in order (first segments are queued first).
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode",
+                                           initializer=getattr(backend, "bind_thread", None))
 
     def run(self) -> None:
-        while self.running:
-            self._take_messages(block=len(self.scheduler) == 0)
-            if not self.running:
-                break
-            plan = self.scheduler.schedule()  # cancelled segments were dropped when cancelled
-            if plan.batch:
-                self._run_step(plan)
-            self._maybe_send_stats()
+        try:
+            while self.running:
+                self._take_messages(block=len(self.scheduler) == 0)
+                if not self.running:
+                    break
+                plan = self.scheduler.schedule()  # cancelled segments were dropped when cancelled
+                if plan.batch:
+                    self._run_step(plan)
+                self._maybe_send_stats()
+        finally:
+            self._decoder.shutdown(wait=True)  # what finished is still sent
 
     def _take_messages(self, block: bool) -> None:
         try:
@@ -321,6 +353,10 @@ class WorkerLoop:
 
     def _decode_and_send(self, request_ids: list[str]) -> None:
         segments = [self.segments.pop(r) for r in request_ids]
+        self._decoder.submit(self._decode_job, request_ids, segments)
+
+    def _decode_job(self, request_ids: list[str], segments: list[_Segment]) -> None:
+        """In the decode thread: decode together, send each (send is thread-safe)."""
         try:
             audio = self.backend.decode([s.state for s in segments])
         except Exception as exc:  # noqa: BLE001 — worker-loop edge: only these requests fail

@@ -3,8 +3,8 @@
 One fresh interpreter per core (`python -m realtime_tts.engine.cpu`), each with one Hibari instance (ONNX
 session + G2P): hibari's G2P and DSP hold the GIL, so threads do not scale across cores and processes do. Jobs
 are taken in priority order (first audio of a turn first, then streams about to run dry, then bulk); the web
-process only sends text and receives float32 audio over a socket pair, from one I/O thread per worker, never on
-the event loop. Only the in-package voice "heart" is used, so nothing is ever downloaded. Must not import torch
+process only sends text and receives float32 audio over a socket pair (asyncio streams: the loop never blocks on
+a worker). Only the in-package voice "heart" is used, so nothing is ever downloaded. Must not import torch
 or the OmniVoice engine.
 """
 
@@ -16,14 +16,15 @@ import itertools
 import logging
 import math
 import os
+import pickle
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal
@@ -110,89 +111,83 @@ class _Job:
 
 
 class _Worker:
-    """One voice process and its pipe. Blocking pipe I/O runs on this worker's own thread."""
+    """One voice process and its socket, read and written by the event loop through asyncio streams (speaking
+    multiprocessing.connection's framing: a 4-byte big-endian length, then a pickle), so no thread sits in
+    between: a job costs the loop one write and one wake-up, as with a voice thread."""
 
     def __init__(self, worker_id: int, threads: int):
         self.worker_id = worker_id
         self._threads = threads
-        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cpu-voice-{worker_id}")
         self.process: subprocess.Popen[bytes] | None = None
-        self.conn: Connection | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
         self.status: Literal["ok", "loading", "restarting", "error"] = "loading"
         self.detail = ""
         self.restarts = 0
         self.busy = False
 
     async def start(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._io, self._spawn)
-
-    def _spawn(self) -> None:
         # A fresh interpreter (never fork: the web process has threads), started as its own module rather than
         # through multiprocessing's spawn, which would re-import the server's __main__ and whose children the
         # OmniVoice engine's tooling counts as its own workers.
         ours, theirs = socket.socketpair()
         with theirs:
-            proc = subprocess.Popen([sys.executable, "-m", "realtime_tts.engine.cpu", str(theirs.fileno()),
-                                     str(self._threads)], pass_fds=(theirs.fileno(),))
+            self.process = await asyncio.to_thread(
+                subprocess.Popen, [sys.executable, "-m", "realtime_tts.engine.cpu", str(theirs.fileno()),
+                                   str(self._threads)], pass_fds=(theirs.fileno(),))
         # theirs is closed here, so our end reports EOF when the worker dies
-        parent = Connection(ours.detach())
+        self._reader, self._writer = await asyncio.open_connection(sock=ours)
         try:
-            if not parent.poll(LOAD_TIMEOUT_S):
-                raise EngineUnavailable(f"CPU voice worker {self.worker_id} did not load in {LOAD_TIMEOUT_S:.0f} s")
-            kind, info = parent.recv()
-        except (EOFError, OSError) as e:
-            proc.kill()
-            proc.wait()
-            raise EngineUnavailable(f"CPU voice worker {self.worker_id} exited while loading") from e
-        except EngineUnavailable:
-            proc.kill()
-            proc.wait()
-            raise
+            kind, info = await asyncio.wait_for(self._recv(), LOAD_TIMEOUT_S)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError) as e:
+            await self._reap()
+            raise EngineUnavailable(f"CPU voice worker {self.worker_id} exited or hung while loading") from e
         if kind != "ready":
-            proc.wait(5)
+            await self._reap()
             raise EngineUnavailable(f"CPU voice failed to load: {info}")
-        self.process, self.conn = proc, parent
         self.status, self.detail = "ok", ""
 
-    def _roundtrip(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
-        assert self.conn is not None
-        try:
-            self.conn.send(payload)
-            return tuple(self.conn.recv())
-        except (EOFError, OSError) as e:
-            raise EngineDead(f"CPU voice worker {self.worker_id} died while synthesizing") from e
+    async def _recv(self) -> Any:
+        assert self._reader is not None
+        (size,) = struct.unpack("!i", await self._reader.readexactly(4))
+        return pickle.loads(await self._reader.readexactly(size))
 
     async def call(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
-        return await asyncio.get_running_loop().run_in_executor(self._io, self._roundtrip, payload)
+        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            assert self._writer is not None
+            self._writer.write(struct.pack("!i", len(data)) + data)
+            await self._writer.drain()
+            return tuple(await self._recv())
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            raise EngineDead(f"CPU voice worker {self.worker_id} died while synthesizing") from e
 
-    def _reap(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+    async def _reap(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._reader = self._writer = None
         if self.process is not None:
-            self.process.kill()  # a worker whose pipe broke but which lingers must not keep a core
-            self.process.wait(5)
+            self.process.kill()  # a worker whose socket broke but which lingers must not keep a core
+            await asyncio.to_thread(self.process.wait, 5)
             self.process = None
 
     async def restart(self) -> None:
         self.status, self.restarts = "restarting", self.restarts + 1
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._io, self._reap)
-        await loop.run_in_executor(self._io, self._spawn)
+        await self._reap()
+        await self.start()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         self.status, self.detail = "error", "stopped"
-        if self.conn is not None:
-            self.conn.close()  # the worker sees EOF and exits
-            self.conn = None
+        if self._writer is not None:
+            self._writer.close()  # the worker sees EOF and exits
+            self._reader = self._writer = None
         if self.process is not None:
             try:
-                self.process.wait(2)
+                await asyncio.to_thread(self.process.wait, 2)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait()
+                await asyncio.to_thread(self.process.wait)
             self.process = None
-        self._io.shutdown(wait=False, cancel_futures=True)
 
     @property
     def pid(self) -> int | None:
@@ -225,15 +220,15 @@ class _VoiceProcesses:
         try:
             await asyncio.gather(*(w.start() for w in self.workers))
         except BaseException:
-            self.stop()
+            await self.stop()
             raise
         self._tasks = [asyncio.create_task(self._serve(w), name=f"cpu-voice-{w.worker_id}") for w in self.workers]
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
-        for w in self.workers:
-            w.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
         for job in self._heap:
             if not job.future.done():
                 job.future.set_exception(EngineUnavailable("CPU voice stopped"))
@@ -285,7 +280,7 @@ class _VoiceProcesses:
             try:
                 await worker.restart()
                 return
-            except EngineUnavailable as e:
+            except (EngineUnavailable, OSError) as e:
                 worker.status, worker.detail = "error", str(e)
                 log.error("CPU voice worker %d failed to restart: %s", worker.worker_id, e)
                 await asyncio.sleep(delay)
@@ -330,7 +325,7 @@ class CpuEngine:
 
     async def stop(self) -> None:
         self._status, self._detail = "error", "stopped"
-        self._pool.stop()
+        await self._pool.stop()
 
     def check(self, request: SegmentRequest) -> None:
         """Refuse what this voice cannot do, before any work is queued."""

@@ -3,7 +3,8 @@
 # the web stack, hibari-tts, omnivoice 0.2.1 as oracle, soundfile/pydub), then the serving benchmark through
 # the real server at full size with the current scheduler (latency budget that never holds first segments
 # back; CUDA graphs captured at start-up), then, in the time left, the same bench with a fixed 4096-token
-# step budget (what the old rule ran under load) side by side. Everything lands in $OUT.
+# step budget and no admission interval (the old scheduling rules under load) side by side. Everything lands
+# in $OUT.
 #   AGENTS (1,25,50,100) LOAD (1000) RATE (100): the new run; OLD_AGENTS (25,100) OLD_LOAD (1000): the
 #   fixed-budget run (OLD=0 skips it); GPU_TESTS=1 runs the GPU-marked engine tests first (~1 min).
 set -uo pipefail
@@ -26,7 +27,7 @@ echo "graphs captured after start-up: $(sed -n '/serving graph buckets/,$p' "$OU
 left=$((345 - (SECONDS - start)))
 if [ "${OLD:-1}" = 1 ] && [ "$left" -gt 60 ]; then
     timeout -s INT "$left" python3 bench/omnivoice_serve.py --ckpt "$ckpt" --agents "${OLD_AGENTS:-25,100}" \
-        --load "${OLD_LOAD:-1000}" --rate "${RATE:-100}" --server-args "--max-batch-tokens 4096 --latency-batch-tokens 0" \
+        --load "${OLD_LOAD:-1000}" --rate "${RATE:-100}" --server-args "--max-batch-tokens 4096 --latency-batch-tokens 0 --admit-interval-ms 0" \
         --out-dir "$OUT" --name omnivoice_serve_h200_budget4096 > "$OUT/serve_budget4096.log" 2>&1
     echo "fixed-4096 run: rc $? at $((SECONDS - start)) s"
     grep -E '^(agents|load|server healthy) |serving graph buckets' "$OUT/serve_budget4096.log"

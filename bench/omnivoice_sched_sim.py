@@ -158,17 +158,23 @@ class Sim:
                         cb(done_s)
 
 
-def make_scheduler(policy: str, max_tokens: int, latency_tokens: int, clock: list[float]) -> Scheduler:
+# (row name, scheduler rule, decode in a thread, admit interval s): what changed, one step at a time
+POLICIES = (("old", "old", False, 0.0), ("budget rule", "new", False, 0.0),
+            ("+ decode thread", "new", True, 0.0), ("+ admit every 30 ms (now)", "new", True, 0.03))
+
+
+def make_scheduler(policy: str, max_tokens: int, latency_tokens: int, clock: list[float],
+                   admit_interval_s: float = 0.0) -> Scheduler:
     cls = OldScheduler if policy == "old" else Scheduler
     # max_batch_items 128: the runner's largest batch bucket (the worker passes it)
     return cls(max_batch_tokens=max_tokens, latency_batch_tokens=latency_tokens or None, max_batch_items=128,
-               clock=lambda: clock[0])
+               admit_interval_s=admit_interval_s, clock=lambda: clock[0])
 
 
 def sim_load(policy: str, max_tokens: int, latency_tokens: int, host: Host, num: int = 1000,
-             rate: float = 100.0) -> dict[str, float]:
+             rate: float = 100.0, admit_interval_s: float = 0.0) -> dict[str, float]:
     clock = [0.0]
-    sim = Sim(make_scheduler(policy, max_tokens, latency_tokens, clock), clock, host)
+    sim = Sim(make_scheduler(policy, max_tokens, latency_tokens, clock, admit_interval_s), clock, host)
     for i in range(num):
         tokens, frames = item_tokens(SHORT_INPUTS[i % len(SHORT_INPUTS)])
         sim.submit(i / rate, f"r{i}", tokens, priority=0, frames=frames)
@@ -179,9 +185,9 @@ def sim_load(policy: str, max_tokens: int, latency_tokens: int, host: Host, num:
 
 
 def sim_agents(policy: str, max_tokens: int, latency_tokens: int, host: Host, n: int,
-               words_per_s: float = 30.0, urgent_s: float = 0.5) -> dict[str, float]:
+               words_per_s: float = 30.0, urgent_s: float = 0.5, admit_interval_s: float = 0.0) -> dict[str, float]:
     clock = [0.0]
-    sched = make_scheduler(policy, max_tokens, latency_tokens, clock)
+    sched = make_scheduler(policy, max_tokens, latency_tokens, clock, admit_interval_s)
     sched.urgent_s = urgent_s
     sim = Sim(sched, clock, host)
     after_clause: list[float] = []
@@ -255,9 +261,9 @@ def main() -> None:
 
         host = base.scaled(4)
         for n in [int(x) for x in args.agents.split(",") if x]:
-            sim_agents("new", args.max_tokens, args.latency_tokens, host, n)
+            sim_agents("new", args.max_tokens, args.latency_tokens, host, n, admit_interval_s=0.03)
         if args.load:
-            sim_load("new", args.max_tokens, args.latency_tokens, host, args.load, args.rate)
+            sim_load("new", args.max_tokens, args.latency_tokens, host, args.load, args.rate, 0.03)
         runner: Any = StepRunner.__new__(StepRunner)  # only the bucket ladders: no model
         runner.token_buckets, runner.batch_buckets = TOKEN_BUCKETS, BATCH_BUCKETS
         warm = {(k.num_tokens, k.batch, k.frames) for k in runner.serving_keys(args.max_tokens - 1)}
@@ -276,16 +282,18 @@ def main() -> None:
         print("| policy | N agents | after 1st sentence p50 / p95 ms | underruns | stall ms |")
         print("|---|---|---|---|---|")
         for n in [int(x) for x in args.agents.split(",") if x]:
-            for policy, h in (("old", host), ("new", host), ("new + decode thread", thread)):
-                r = sim_agents(policy, args.max_tokens, args.latency_tokens, h, n)
-                print(f"| {policy} | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} | {r['underruns']} "
+            for name, policy, threaded, admit in POLICIES:
+                r = sim_agents(policy, args.max_tokens, args.latency_tokens, thread if threaded else host, n,
+                               admit_interval_s=admit)
+                print(f"| {name} | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} | {r['underruns']} "
                       f"| {r['stall_ms']:.0f} |")
         if args.load:
             print(f"\n| policy | load {args.load} @ {args.rate:g}/s: p50 / p95 / p99 s | wall s |")
             print("|---|---|---|")
-            for policy, h in (("old", host), ("new", host), ("new + decode thread", thread)):
-                r = sim_load(policy, args.max_tokens, args.latency_tokens, h, args.load, args.rate)
-                print(f"| {policy} | {r['p50_s']:.3f} / {r['p95_s']:.3f} / {r['p99_s']:.3f} | {r['wall_s']:.1f} |")
+            for name, policy, threaded, admit in POLICIES:
+                r = sim_load(policy, args.max_tokens, args.latency_tokens, thread if threaded else host, args.load,
+                             args.rate, admit)
+                print(f"| {name} | {r['p50_s']:.3f} / {r['p95_s']:.3f} / {r['p99_s']:.3f} | {r['wall_s']:.1f} |")
 
 
 if __name__ == "__main__":

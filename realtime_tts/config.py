@@ -47,6 +47,8 @@ class OmniVoiceConfig:
     latency_batch_tokens: int = _doc("Smaller step budget while a first segment (or a stream segment about to "
                                      "run dry) is generating: shorter steps, sooner first audio; 0 = off.",
                                      default=4096)
+    admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (the "
+                                  "batch changes less often, fewer re-packs); 0 = at the next step.", default=30)
     voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
 
 
@@ -150,6 +152,7 @@ def validate(cfg: Config) -> None:
     check(cfg.omnivoice.device in ("auto", "cuda", "cpu"), f"device must be auto, cuda or cpu, got {cfg.omnivoice.device!r}")
     check(cfg.omnivoice.gpus >= 0, f"gpus must be >= 0, got {cfg.omnivoice.gpus}")
     check(cfg.omnivoice.max_batch_tokens >= 1, f"max_batch_tokens must be >= 1, got {cfg.omnivoice.max_batch_tokens}")
+    check(cfg.omnivoice.admit_interval_ms >= 0, f"admit_interval_ms must be >= 0, got {cfg.omnivoice.admit_interval_ms}")
     check(cfg.omnivoice.latency_batch_tokens >= 0,
           f"latency_batch_tokens must be >= 0, got {cfg.omnivoice.latency_batch_tokens}")
     for name in ("lead_in_ms", "gap_ms", "tail_ms", "first_frame_ms", "frame_ms"):

@@ -263,6 +263,7 @@ class OmniVoiceEngine:
                                     dtype=self._config.omnivoice.dtype if w.device != "cpu" else "fp32",
                                     max_batch_tokens=self._config.omnivoice.max_batch_tokens,
                                     latency_batch_tokens=self._config.omnivoice.latency_batch_tokens,
+                                    admit_interval_s=self._config.omnivoice.admit_interval_ms / 1000.0,
                                     num_threads=cpu_worker_threads(len(self._workers)) if w.device == "cpu" else 0)
         to_child_r, to_child_w = self._context.Pipe(duplex=False)
         from_child_r, from_child_w = self._context.Pipe(duplex=False)

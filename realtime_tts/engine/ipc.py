@@ -32,6 +32,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     dtype: str  # bf16 | fp16 | fp32
     max_batch_tokens: int
     latency_batch_tokens: int = 0  # 0 = no smaller budget for first segments
+    admit_interval_s: float = 0.0  # new segments join a running batch at most this often (0 = every step)
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     stats_interval_s: float = 0.25
 

@@ -73,6 +73,11 @@ class Scheduler:
     max_batch_items: int = 256
     max_wait_s: float = 2.0
     max_active: int = 1024  # started-but-unfinished items held in memory at most
+    # While items run, new ones join at most once per admit_interval_s, together: the batch then changes
+    # less often, and a step whose batch equals the last one's replays without the runner re-packing its
+    # inputs (host work that grows with the batch). With nothing running a new item starts at once. 0 = every
+    # new item joins at the next step.
+    admit_interval_s: float = 0.0
     clock: Callable[[], float] = time.monotonic
     _items: dict[str, _Item] = field(default_factory=dict, init=False)
     _cancelled: list[str] = field(default_factory=list, init=False)
@@ -80,6 +85,7 @@ class Scheduler:
     _num_steps_run: int = field(default=0, init=False)
     _num_finished: int = field(default=0, init=False)
     _num_cancelled: int = field(default=0, init=False)
+    _last_admit_s: float = field(default=-math.inf, init=False)
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:
@@ -90,6 +96,8 @@ class Scheduler:
             raise ValueError(f"latency_batch_tokens must be >= 1, got {self.latency_batch_tokens}")
         if self.max_active < 1:
             raise ValueError(f"max_active must be >= 1, got {self.max_active}")
+        if self.admit_interval_s < 0:
+            raise ValueError(f"admit_interval_s must be >= 0, got {self.admit_interval_s}")
 
     def add(self, request_id: str, *, num_tokens: int, num_steps: int, priority: int = 2,
             deadline_s: float | None = None) -> None:
@@ -130,13 +138,14 @@ class Scheduler:
         cancelled, self._cancelled = tuple(self._cancelled), []
         order = sorted(self._items.values(), key=lambda it: self._key(it, now))
         num_active = sum(1 for it in order if it.steps_done > 0)
+        admit = num_active == 0 or now - self._last_admit_s >= self.admit_interval_s
         budget = self.budget(order, now)
         batch: list[_Item] = []
         num_tokens = 0
         for item in order:
             if len(batch) >= self.max_batch_items:
                 break
-            if item.steps_done == 0 and num_active >= self.max_active:
+            if item.steps_done == 0 and (not admit or num_active >= self.max_active):
                 continue
             if batch and num_tokens + item.num_tokens > budget:
                 continue  # a smaller item further down may still fit
@@ -154,6 +163,8 @@ class Scheduler:
             item.last_run_s = now
         if batch:
             self._num_steps_run += 1
+        if started:
+            self._last_admit_s = now
         return StepPlan(tuple(it.request_id for it in batch), tuple(started), cancelled, num_tokens, budget)
 
     def budget(self, order: list[_Item], now: float) -> int:

@@ -224,7 +224,8 @@ class WorkerLoop:
         # The configured budget, but never past what the runner has graphs for (bigger steps run eagerly).
         budget = min(options.max_batch_tokens, backend.max_batch_tokens)
         self.scheduler = Scheduler(max_batch_tokens=budget, max_batch_items=backend.max_batch_items,
-                                   latency_batch_tokens=min(options.latency_batch_tokens, budget) or None)
+                                   latency_batch_tokens=min(options.latency_batch_tokens, budget) or None,
+                                   admit_interval_s=options.admit_interval_s)
         self.segments: dict[str, _Segment] = {}
         self.running = True
         self._last_stats_s = 0.0

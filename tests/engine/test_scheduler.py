@@ -207,6 +207,30 @@ def test_backlog_of_first_segments_drains_at_full_throughput() -> None:
     assert steps == 8
 
 
+def test_new_items_join_together_at_most_once_per_admit_interval() -> None:
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=1000, admit_interval_s=0.05, clock=clock)
+    s.add("a", num_tokens=10, num_steps=20, priority=PRIORITY_FIRST)
+    plan, _ = run_step(s, clock, dt=0.01)
+    assert plan.started == ("a",), "nothing running: a new item starts at once"
+    s.add("b", num_tokens=10, num_steps=20, priority=PRIORITY_FIRST)
+    plan, _ = run_step(s, clock, dt=0.01)
+    assert plan.batch == ("a",), "the batch keeps its composition (the runner replays without re-packing)"
+    s.add("c", num_tokens=10, num_steps=20, priority=PRIORITY_FIRST)
+    batches = [run_step(s, clock, dt=0.01)[0].batch for _ in range(4)]
+    # t = 0.02, 0.03, 0.04 wait; at 0.05 b and c join in one step
+    assert batches == [("a",), ("a",), ("a",), ("a", "b", "c")]
+    assert s.queue_s("b") == pytest.approx(0.04) and s.queue_s("c") == pytest.approx(0.03)
+    # with the interval off (default) a new item joins at the next step
+    s0 = Scheduler(max_batch_tokens=1000, clock=clock)
+    s0.add("a", num_tokens=10, num_steps=5)
+    run_step(s0, clock)
+    s0.add("b", num_tokens=10, num_steps=5)
+    assert run_step(s0, clock)[0].started == ("b",)
+    with pytest.raises(ValueError, match="admit_interval_s"):
+        Scheduler(max_batch_tokens=10, admit_interval_s=-1.0)
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="max_batch_tokens"):
         Scheduler(max_batch_tokens=0)

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from realtime_tts.engine.runner import BATCH_BUCKETS, FRAME_QUANTUM, TOKEN_BUCKETS  # noqa: E402
-from realtime_tts.engine.scheduler import Scheduler  # noqa: E402
-from realtime_tts.omnivoice_text import estimate_frames  # noqa: E402
+from realtime_tts.engine.runner import BATCH_BUCKETS, FRAME_QUANTUM, TOKEN_BUCKETS
+from realtime_tts.engine.scheduler import Scheduler
+from realtime_tts.omnivoice_text import estimate_frames
 
 # Engine step time on the H200 (bf16, CUDA graphs, no host work): (tokens per step, ms), 6 s design items of
 # 332 tokens at B = 1, 16, 64, 128 (bench/results/omnivoice_bench_h200_run2.md "per step ms").
@@ -275,10 +275,10 @@ def main() -> None:
         return
     print(f"step model {STEP_TABLE}; host per step {base} × scale; max {args.max_tokens}, latency "
           f"{args.latency_tokens} tokens")
-    for k in [float(x) for x in args.host_scale.split(",")]:
-        host = base.scaled(k)
+    for scale in [float(x) for x in args.host_scale.split(",")]:
+        host = base.scaled(scale)
         thread = Host(host.step_ms, host.pack_ms_per_item, host.decode_ms, host.decode_ms_per_item, True)
-        print(f"\n## host overhead x{k:g}")
+        print(f"\n## host overhead x{scale:g}")
         print("| policy | N agents | after 1st sentence p50 / p95 ms | underruns | stall ms |")
         print("|---|---|---|---|---|")
         for n in [int(x) for x in args.agents.split(",") if x]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -70,7 +72,7 @@ def test_priority_first_segment_then_closest_deadline_then_bulk() -> None:
     s.add("stream_late", num_tokens=10, num_steps=1, priority=PRIORITY_STREAM, deadline_s=clock.now + 5)
     s.add("stream_soon", num_tokens=10, num_steps=1, priority=PRIORITY_STREAM, deadline_s=clock.now + 1)
     s.add("first", num_tokens=10, num_steps=1, priority=PRIORITY_FIRST)
-    order = []
+    order: list[str] = []
     for _ in range(4):
         plan, _ = run_step(s, clock)
         order.extend(plan.batch)
@@ -290,11 +292,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         batch = list(plan.batch)
         assert len(batch) == len(set(batch)) <= 8
         assert set(batch) <= set(self.live), "cancelled or finished item scheduled"
-        tokens = sum(int(self.live[r]["tokens"]) for r in batch)  # type: ignore[arg-type]
+        tokens = sum(int(self.live[r]["tokens"] or 0) for r in batch)
         assert tokens == plan.num_tokens
-        urgent_tokens = sum(int(v["tokens"]) for v in self.live.values()  # type: ignore[call-overload]
-                            if v["priority"] == 0 or (v["priority"] == 1 and v["deadline"] is not None
-                                                      and float(v["deadline"]) - now <= 1.0))  # type: ignore[arg-type]
+        urgent_tokens = 0
+        for v in self.live.values():
+            deadline = v["deadline"]
+            if v["priority"] == 0 or (v["priority"] == 1 and deadline is not None and deadline - now <= 1.0):
+                urgent_tokens += int(v["tokens"] or 0)
         # the latency budget never holds urgent work back (up to the full budget)
         budget = min(self.BUDGET, max(self.LATENCY_BUDGET, urgent_tokens)) if urgent_tokens else self.BUDGET
         assert plan.budget == budget
@@ -344,3 +348,36 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 TestSchedulerMachine = SchedulerMachine.TestCase
 TestSchedulerMachine.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.one_of(st.tuples(st.just("add"), st.integers(1, 5), st.sampled_from([0, 1, 2])),
+                              st.tuples(st.just("step"), st.floats(0.001, 0.04), st.just(0))), max_size=60))
+def test_admission_interval_property(ops: list[tuple[str, float, int]]) -> None:
+    """With an admission interval and room for everything: while items run, new ones start only once the
+    interval since the last start has passed, and then all of them together; with nothing running, at once."""
+    interval = 0.05
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=10_000, admit_interval_s=interval, max_wait_s=1e9, clock=clock)
+    waiting: set[str] = set()
+    running: set[str] = set()
+    last_start = -math.inf
+    for i, (op, arg, priority) in enumerate(ops):
+        if op == "add":
+            s.add(f"r{i}", num_tokens=1, num_steps=int(arg), priority=priority)
+            waiting.add(f"r{i}")
+            continue
+        now = clock.now
+        plan = s.schedule()
+        assert bool(plan.batch) == bool(waiting or running), "idle while work was live"
+        assert running <= set(plan.batch), "a running item was left out with room to spare"
+        if not running or now - last_start >= interval:
+            assert set(plan.started) == waiting, "everything waiting joins together"
+        else:
+            assert not plan.started, "joined before the interval passed"
+        if plan.started:
+            last_start = now
+        running |= set(plan.started)
+        waiting -= set(plan.started)
+        clock.now += arg
+        running -= set(s.complete_step(plan))

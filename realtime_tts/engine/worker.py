@@ -152,7 +152,8 @@ class ModelBackend:
         if self.device.startswith("cuda"):
             import torch
 
-            torch.cuda.set_device(torch.device(self.device))  # per thread: the decode thread's default is cuda:0
+            with self._cuda_lock:  # not while a capture runs
+                torch.cuda.set_device(torch.device(self.device))  # per thread: the decode thread's default is cuda:0
 
     def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt:
         import numpy as np

@@ -4,8 +4,8 @@ Pure Python + `regex`, `jieba` (imported lazily, only for over-long Chinese runs
 realtime_tts.errors and realtime_tts.text.*. Lengths are budget units (see realtime_tts.text.script).
 
 Recursive split: sentences (blank lines and sentence ends from the punctuation table) → clauses (for
-sentences over the target) → words (clauses over max_chars; jieba for Han text) → equal hard pieces on
-grapheme boundaries (words over max_chars: URLs, unpunctuated runs). Then balanced packing: a dynamic
+sentences over the target) → words (clauses over max_chars; jieba for Han text) → about equal hard
+pieces on grapheme boundaries (words over max_chars: URLs, unpunctuated runs). Then balanced packing: a dynamic
 programme over the pieces picks the cuts minimising the squared relative distance of each chunk from the
 target plus a penalty for cutting at a weaker boundary, with every chunk <= max_chars, so a text becomes
 chunks near the target instead of one long and one tiny.

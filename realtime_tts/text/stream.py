@@ -12,7 +12,8 @@ Rules (all lengths in budget units, see realtime_tts.text.script; whitespace rul
   min(max_chars, max(first_segment_min_chars, min(target_chars, 4 * first_segment_min_chars))), 96 by
   default) → cascade: the strongest clause mark / newline, else the last space (at >= first_segment_min_chars
   for the first unit, >= target_chars // 2 for later ones, else >= min_chars), else the last change of script
-  in a CJK run, else a hard cut at the limit on a grapheme boundary (URLs, unpunctuated CJK runs).
+  in a CJK run, else a hard cut at the limit on a grapheme boundary (URLs, unpunctuated CJK runs); a
+  single grapheme cluster heavier than the limit (a long ZWJ chain) is the one unit allowed over it.
 - Output depends only on the text, never on how it was chunked: every cut is taken only once the characters
   that decide it have arrived (look-ahead is bounded: punctuation.MAX_GAP spaces, MAX_WORD letters).
 - Cost: each character is scanned once (a scan position is kept); the kept buffer is bounded by max_chars

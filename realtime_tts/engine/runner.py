@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,28 +128,6 @@ def _same(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
-def unmask(pred: torch.Tensor, conf: torch.Tensor, batch: PackedBatch, mask_id: int,
-           pos_noise: torch.Tensor | None) -> torch.Tensor:
-    """The light half of decoding.score, from argmax tokens and confidences [B, 8, Tmax]: layer penalty,
-    position noise, per-item top-k over still-masked positions → new target grids [B, 8, Tmax]. Kept op for op
-    identical to decoding.score (a test compares them) until the model exposes this half on its own."""
-    num_b, num_cb, t_max = pred.shape
-    k = batch.reveal.gather(1, batch.step.clamp(max=batch.reveal.shape[1] - 1)[:, None])[:, 0]  # [B]
-    layer = torch.arange(num_cb, device=conf.device)[None, :, None]
-    scores = conf - layer * batch.layer_penalty[:, None, None]
-    if pos_noise is not None:
-        temp = batch.position_temperature[:, None, None]
-        noisy = scores / temp.clamp(min=1e-30) + decoding._gumbel(pos_noise)
-        scores = torch.where(temp > 0, noisy, scores)
-    blocked = (batch.tokens != mask_id) | ~batch.valid[:, None, :]
-    scores = scores.masked_fill(blocked, -math.inf).flatten(1)  # [B, 8·Tmax]
-    order = scores.argsort(dim=1, descending=True, stable=True)
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device)
-                                            .expand_as(order))
-    chosen = (rank < k[:, None]).view(num_b, num_cb, t_max)
-    return torch.where(chosen, pred, batch.tokens)
-
-
 @dataclass(frozen=True, slots=True)
 class BucketKey:
     num_tokens: int
@@ -234,7 +211,7 @@ class StepRunner:
         else:
             embeds = model.embed(batch.ids, batch.audio_mask)
             hidden = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention)
-        cls_noise, pos_noise = decoding._item_noise(batch, model.audio_vocab)
+        cls_noise, pos_noise = decoding.item_noise(batch, model.audio_vocab)
         if self.fused_scoring and cls_noise is None:
             from realtime_tts.engine.kernels import cfg_argmax
 
@@ -243,7 +220,7 @@ class StepRunner:
             c = self._head(hidden[batch.cond_index]).view(num_b, t_max * num_cb, vocab)  # [B, Tmax·8, V]
             u = self._head(hidden[batch.uncond_index]).view(num_b, t_max * num_cb, vocab)
             pred, conf = cfg_argmax(c, u, batch.guidance, model.mask_id)
-            tokens = unmask(pred.view(num_b, t_max, num_cb).transpose(1, 2),
+            tokens = decoding.unmask(pred.view(num_b, t_max, num_cb).transpose(1, 2),
                             conf.view(num_b, t_max, num_cb).transpose(1, 2), batch, model.mask_id, pos_noise)
         else:
             c_logits = model.head(hidden[batch.cond_index]).permute(0, 2, 1, 3)  # [B, 8, Tmax, V]

@@ -196,7 +196,7 @@ def _reference_noise(batch: PackedBatch, k: torch.Tensor, vocab: int
     return cls_noise, pos_noise
 
 
-def _item_noise(batch: PackedBatch, vocab: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+def item_noise(batch: PackedBatch, vocab: int) -> tuple[torch.Tensor | None, torch.Tensor]:
     t_max = batch.tokens.shape[2]
     dev = batch.tokens.device
     c = torch.arange(8, device=dev)[None, :, None]
@@ -219,8 +219,7 @@ def _item_noise(batch: PackedBatch, vocab: int) -> tuple[torch.Tensor | None, to
 def score(c_logits: torch.Tensor, u_logits: torch.Tensor, batch: PackedBatch, mask_id: int,
           cls_noise: torch.Tensor | None, pos_noise: torch.Tensor | None) -> torch.Tensor:
     """fp32 logits [B, 8, Tmax, V] of the cond and uncond rows → new target grids [B, 8, Tmax]."""
-    num_b, num_cb, t_max, vocab = c_logits.shape
-    k = batch.reveal.gather(1, batch.step.clamp(max=batch.reveal.shape[1] - 1)[:, None])[:, 0]  # [B]
+    vocab = c_logits.shape[-1]
     g = batch.guidance[:, None, None, None]
     c = torch.log_softmax(c_logits, dim=-1)
     u = torch.log_softmax(u_logits, dim=-1)
@@ -234,7 +233,17 @@ def score(c_logits: torch.Tensor, u_logits: torch.Tensor, batch: PackedBatch, ma
         sampled = (filtered / temp.clamp(min=1e-30) + _gumbel(cls_noise)).argmax(dim=-1)
         pred = torch.where(batch.class_temperature[:, None, None] > 0, sampled, pred)
     conf = lp.max(dim=-1).values  # [B, 8, Tmax]
-    layer = torch.arange(num_cb, device=lp.device)[None, :, None]
+    return unmask(pred, conf, batch, mask_id, pos_noise)
+
+
+def unmask(pred: torch.Tensor, conf: torch.Tensor, batch: PackedBatch, mask_id: int,
+           pos_noise: torch.Tensor | None) -> torch.Tensor:
+    """The light half of scoring, from chosen tokens and their confidences [B, 8, Tmax]: layer penalty,
+    position noise, per-item top-k over still-masked positions → new target grids [B, 8, Tmax]. The runner's
+    fused scoring kernel produces pred/conf itself and shares this half."""
+    num_b, num_cb, t_max = pred.shape
+    k = batch.reveal.gather(1, batch.step.clamp(max=batch.reveal.shape[1] - 1)[:, None])[:, 0]  # [B]
+    layer = torch.arange(num_cb, device=conf.device)[None, :, None]
     scores = conf - layer * batch.layer_penalty[:, None, None]
     if pos_noise is not None:
         temp = batch.position_temperature[:, None, None]
@@ -260,7 +269,7 @@ def step_packed(model: OmniVoiceModel, batch: PackedBatch, noise: NoiseMode = "i
         k = batch.reveal.gather(1, batch.step[:, None].clamp(max=batch.reveal.shape[1] - 1))[:, 0]
         cls_noise, pos_noise = _reference_noise(batch, k, model.audio_vocab)
     else:
-        cls_noise, pos_noise = _item_noise(batch, model.audio_vocab)
+        cls_noise, pos_noise = item_noise(batch, model.audio_vocab)
     batch.tokens = score(c_logits, u_logits, batch, model.mask_id, cls_noise, pos_noise)
     batch.step = batch.step + (batch.step < batch.reveal.shape[1] - 1).long()
     _write_targets(batch)

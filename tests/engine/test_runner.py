@@ -87,7 +87,7 @@ def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32
 def test_unmask_matches_model_scoring(model_fp32: OmniVoiceModel) -> None:
     """argmax/confidence (kernel half, here its torch reference) + unmask == decoding.score, token for token."""
     from realtime_tts.engine.kernels import cfg_argmax_ref
-    from realtime_tts.engine.runner import unmask
+    from realtime_tts.model.decoding import unmask
 
     states = [decoding.ItemState.start(it) for it in _items(model_fp32)]
     for _ in range(2):
@@ -97,7 +97,7 @@ def test_unmask_matches_model_scoring(model_fp32: OmniVoiceModel) -> None:
     num_b, _, t_max = batch.tokens.shape
     c = 4 * torch.randn(num_b, 8, t_max, 1025, generator=g)
     u = 4 * torch.randn(num_b, 8, t_max, 1025, generator=g)
-    _, pos_noise = decoding._item_noise(batch, 1025)
+    _, pos_noise = decoding.item_noise(batch, 1025)
     ref = decoding.score(c, u, batch, model_fp32.mask_id, None, pos_noise)
     pred, conf = cfg_argmax_ref(c, u, batch.guidance, model_fp32.mask_id)
     ours = unmask(pred, conf, batch, model_fp32.mask_id, pos_noise)

@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 from live_server import SAMPLE_RATE, assert_speech
@@ -93,6 +94,27 @@ def test_first_audio_jumps_the_bulk_queue_and_cancel_drops_queued_jobs() -> None
             while engine.load().queued_segments or engine.load().in_flight_segments:
                 assert time.monotonic() < deadline, engine.load()  # cancelled jobs were dropped, not run
                 await asyncio.sleep(0.01)
+        finally:
+            await engine.stop()
+
+    asyncio.run(run())
+
+
+def test_a_worker_killed_while_idle_fails_nothing() -> None:
+    async def run() -> None:
+        engine = _engine(1)
+        await engine.start()
+        try:
+            (victim,) = engine.worker_pids()
+            assert victim is not None
+            os.kill(victim, signal.SIGKILL)
+            while Path(f"/proc/{victim}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                await asyncio.sleep(0.01)  # dying (a zombie until the engine reaps it)
+            await asyncio.sleep(0.3)  # its other threads (onnxruntime's) are torn down before it can be reaped
+            audio = await _speak(engine, _request("after", "Nobody noticed.", seed=3))
+            assert len(audio) > SAMPLE_RATE // 2
+            health = engine.health().workers[0]
+            assert health.status == "ok" and health.restarts == 1 and engine.worker_pids()[0] != victim
         finally:
             await engine.stop()
 

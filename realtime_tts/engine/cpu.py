@@ -237,13 +237,16 @@ class _VoiceProcesses:
     def submit(self, payload: tuple[Any, ...], priority: int, deadline: float | None) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         key = (priority, deadline if deadline is not None else math.inf, next(self._arrival))
-        heapq.heappush(self._heap, _Job(key, payload, fut))
+        self._push(_Job(key, payload, fut))
+        return fut
+
+    def _push(self, job: _Job) -> None:
+        heapq.heappush(self._heap, job)
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
                 break
-        return fut
 
     async def _next(self) -> _Job:
         while True:
@@ -258,6 +261,14 @@ class _VoiceProcesses:
     async def _serve(self, worker: _Worker) -> None:
         while True:
             job = await self._next()
+            if worker.process is None or worker.process.poll() is not None:
+                # It died while idle: no job was lost. This one goes back (same place in the order) for
+                # another worker or for this one once it is back.
+                self._push(job)
+                log.warning("CPU voice worker %d (pid %s) died while idle; restarting it", worker.worker_id,
+                            worker.pid)
+                await self._restart(worker)
+                continue
             worker.busy = True
             try:
                 reply = await worker.call(job.payload)

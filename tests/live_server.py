@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -47,14 +47,18 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
+S = TypeVar("S", bound=Server)
+
+
+def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None, timeout_s: float = 120.0,
+                 server_cls: type[S] = Server) -> S:  # type: ignore[assignment]
     port = free_port()
     log_path = tmp / f"server-{port}.log"
     cmd = [sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port), "--log-level", "warning", *extra]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-    server = Server(port, proc, log_path)
-    deadline = time.monotonic() + 120
+    server = server_cls(port, proc, log_path)
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log()}")

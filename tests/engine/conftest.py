@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import pytest
+from live_server import Server, start_server, stop_server
 
 T = TypeVar("T")
 
@@ -54,25 +49,8 @@ def loop_thread() -> Iterator[LoopThread]:
     lt.close()
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class OmniServer:
-    port: int
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+class OmniServer(Server):
+    """A server started with --model: it also knows its spawned OmniVoice worker processes."""
 
     def worker_pids(self) -> list[int]:
         """Spawned worker processes of this server (children running multiprocessing's spawn_main)."""
@@ -94,31 +72,7 @@ class OmniServer:
 @pytest.fixture(scope="module")
 def omnivoice_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OmniServer]:
     """`realtime-tts serve --model <tiny> --device cpu` in a subprocess on a free port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    log_path = tmp_path_factory.mktemp("omni-server") / "server.log"
-    cmd = [sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port), "--log-level", "warning",
-           "--model", str(tiny_checkpoint), "--device", "cpu"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-    server = OmniServer(port, proc, log_path)
-    deadline = time.monotonic() + 300
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log()}")
-        try:
-            if httpx.get(server.http + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"server did not become healthy:\n{server.log()}")
-        time.sleep(0.2)
+    server = start_server(tmp_path_factory.mktemp("omni-server"), "--model", str(tiny_checkpoint), "--device", "cpu",
+                          timeout_s=300, server_cls=OmniServer)
     yield server
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_server(server)

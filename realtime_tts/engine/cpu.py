@@ -278,6 +278,12 @@ class _VoiceProcesses:
                 log.warning("CPU voice worker %d (pid %s) died; restarting it", worker.worker_id, worker.pid)
                 await self._restart(worker)
                 continue
+            except Exception as e:  # a garbled reply: fail the job; the socket's framing is lost, so restart
+                worker.busy = False
+                log.exception("CPU voice worker %d sent a bad reply; restarting it", worker.worker_id)
+                _settle(job.future, None, EngineUnavailable(f"CPU voice failed: {type(e).__name__}: {e}"))
+                await self._restart(worker)
+                continue
             finally:
                 worker.busy = False
             if reply[0] == "ok":

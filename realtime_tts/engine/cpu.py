@@ -44,6 +44,7 @@ from realtime_tts.engine.base import (
     WorkerHealth,
 )
 from realtime_tts.errors import BadRequest, EngineDead, EngineUnavailable, Overloaded, UnsupportedVoiceMode
+from realtime_tts.protocol import OPENAI_VOICES
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,7 @@ SAMPLE_RATE = 24_000
 VOICE = "heart"  # the only voice inside the wheel (American English, female)
 MODEL_ID = "hibari-heart"
 # Every OpenAI voice name and "auto"/"base" map to the one built-in voice (documented in docs/protocol.md).
-OPENAI_PRESETS = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
-PRESETS = (VOICE, *OPENAI_PRESETS)
+PRESETS = (VOICE, *OPENAI_VOICES)
 ENGLISH = ("en", "en-us", "en_us", "en-gb", "en_gb", "english", "auto")
 GPU_ENGINE = "omnivoice"
 # Admission limit: jobs waiting for a worker, per worker (beyond it: Overloaded, retry later).

@@ -1,8 +1,10 @@
-"""Top-level test fixtures: one real server (uvicorn subprocess on a free port) shared by the session."""
+"""Top-level test fixtures: one real server (uvicorn subprocess on a free port) and one tiny random OmniVoice
+checkpoint, each shared by the session."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from live_server import Server, start_server, stop_server
@@ -15,3 +17,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(srv)
     # The server must have survived every bad request the suite threw at it.
     assert "Traceback" not in srv.log(), srv.log()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random checkpoint in the released layout (model and engine tests share it; ~1 s to build)."""
+    from realtime_tts.model.checkpoint import build_random_checkpoint  # torch: only when a test asks
+
+    out = tmp_path_factory.mktemp("omnivoice-tiny")
+    build_random_checkpoint(out, size="tiny", seed=0)
+    return out

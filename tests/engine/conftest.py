@@ -33,15 +33,6 @@ class LoopThread:
         self.loop.close()
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from realtime_tts.model.checkpoint import build_random_checkpoint
-
-    out = tmp_path_factory.mktemp("omnivoice-tiny")
-    build_random_checkpoint(out, size="tiny", seed=0)
-    return out
-
-
 @pytest.fixture(scope="module")
 def loop_thread() -> Iterator[LoopThread]:
     lt = LoopThread()

@@ -11,28 +11,21 @@ from typing import Any
 import pytest
 import torch
 
-from realtime_tts.model import OmniVoiceModel, build_random_checkpoint
+from realtime_tts.model import OmniVoiceModel
 
 
 @pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("omnivoice_tiny")
-    build_random_checkpoint(path, size="tiny", seed=0)
-    return path
+def ours(tiny_checkpoint: Path) -> OmniVoiceModel:
+    return OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device="cpu")
 
 
 @pytest.fixture(scope="session")
-def ours(tiny_ckpt: Path) -> OmniVoiceModel:
-    return OmniVoiceModel.from_pretrained(tiny_ckpt, dtype=torch.float32, device="cpu")
-
-
-@pytest.fixture(scope="session")
-def reference(tiny_ckpt: Path) -> Any:
+def reference(tiny_checkpoint: Path) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         omnivoice = pytest.importorskip("omnivoice")
     logging.getLogger("omnivoice").setLevel(logging.ERROR)
-    return omnivoice.OmniVoice.from_pretrained(str(tiny_ckpt), dtype=torch.float32, device_map="cpu")
+    return omnivoice.OmniVoice.from_pretrained(str(tiny_checkpoint), dtype=torch.float32, device_map="cpu")
 
 
 @pytest.fixture(autouse=True, scope="module")

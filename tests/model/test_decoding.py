@@ -162,8 +162,8 @@ def test_full_size_layout_matches_reference_shapes() -> None:
     assert (codec.frame_rate, codec.num_quantizers, codec.hop_length, codec.sample_rate) == (25, 8, 960, 24000)
 
 
-def test_model_loads_in_half_precision(tiny_ckpt: Path) -> None:
-    model = OmniVoiceModel.from_pretrained(tiny_ckpt, dtype="bf16", device="cpu", load_codec=False)
+def test_model_loads_in_half_precision(tiny_checkpoint: Path) -> None:
+    model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype="bf16", device="cpu", load_codec=False)
     assert model.dtype == torch.bfloat16 and model.llm.inv_freq.dtype == torch.float32
     codes = model.generate([model.prepare("Half precision works.", params=FAST)])[0]
     assert codes.shape[0] == 8 and int((codes == 1024).sum()) == 0

@@ -304,15 +304,17 @@ class Synthesis:
         return AudioFrame(pcm, index)
 
     async def _produce(self) -> None:
-        """Units → segments, in order. A segment starts once the one before it has audio (so it never competes
-        with the first audio of the response) and the lookahead allows: segment k+1 generates while k is sent."""
+        """Units → segments, in order, as the lookahead allows: segment k+1 generates while k is sent. On an
+        engine that does not batch, a segment starts only once the one before it has audio (so it never competes
+        with the response's first audio); a batching engine takes it at once (its scheduler ranks first segments
+        first), so a reply's later sentences never queue behind its first one under load."""
         previous: _Segment | None = None
         for index in itertools.count():
             unit = await self._units.get()
             if unit is None:
                 self._segments.put_nowait(_END)
                 return
-            if previous is not None:
+            if previous is not None and not self._engine.capabilities.batched:
                 await previous.has_audio.wait()
             await self._lookahead.acquire()
             if self._cancelled:

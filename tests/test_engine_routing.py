@@ -4,6 +4,7 @@ uploads, model routing, voice prompts and engine errors are checked end to end."
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -18,6 +19,7 @@ import pytest
 import soundfile as sf
 import uvicorn
 from live_server import SAMPLE_RATE, free_port, pcm_to_float, ws_exchange
+from websockets.sync.client import connect
 
 from realtime_tts.api import create_app
 from realtime_tts.config import load_config
@@ -35,13 +37,15 @@ from realtime_tts.errors import BadRequest, EngineDead
 class ToneEngine:
     """Speaks a tone per segment (0.05 s per character; pitch by voice mode) and records what it was asked."""
 
-    def __init__(self) -> None:
+    def __init__(self, batched: bool = False) -> None:
         self.requests: list[SegmentRequest] = []
+        self.gate = threading.Event()  # a segment whose text holds "HOLD" waits for it before any audio
+        self.gate.set()
         self.encoded: list[tuple[int, int, str]] = []  # (num_samples, sample_rate, ref_text)
         self.aborted: list[str] = []
         self._caps = Capabilities(engine="omnivoice", model="tone-omnivoice", sample_rate=SAMPLE_RATE,
                                   voice_modes=frozenset({"auto", "design", "clone"}), languages=None,
-                                  device="cpu")
+                                  device="cpu", batched=batched)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -55,6 +59,8 @@ class ToneEngine:
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[AudioChunk]:
         self.requests.append(request)
+        if "HOLD" in request.text:
+            await asyncio.to_thread(self.gate.wait, 30)
         if "REFUSE" in request.text:
             raise BadRequest("instruct contains an unknown attribute", field="instruct")
         pitch = {"auto": 200.0, "design": 300.0, "clone": 400.0}[request.voice.mode]
@@ -221,3 +227,32 @@ def test_engine_death_mid_stream_closes_1011_and_aborts(srv: InProcessServer, to
     assert tone.requests[-1].request_id in tone.aborted  # every engine request is aborted in a finally
     ok = ws_exchange(f"{srv.ws}/v1/stream", [{"text": "Still fine.", "instruct": "x"}])
     assert ok.close_code == 1000
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_next_segment_starts_early_only_on_a_batching_engine(batched: bool) -> None:
+    """A batching engine gets a response's next sentence while the first is still generating (its scheduler
+    ranks first segments first); a non-batching one only once the first has audio (no competition for first
+    audio). Either way the audio comes out in sentence order."""
+    engine = ToneEngine(batched=batched)
+    engine.gate.clear()
+    with InProcessServer(engine) as s, connect(f"{s.ws}/v1/stream") as ws:
+        text = "HOLD the first sentence. " + "Then comes a much longer part of the reply that goes on. " * 4
+        ws.send(json.dumps({"text": text, "model": "omnivoice", "voice": "auto"}))
+        deadline = time.monotonic() + 3
+        while len(engine.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        started_while_held = len(engine.requests)
+        engine.gate.set()
+        pcm = bytearray()
+        while True:
+            msg = ws.recv(timeout=30)
+            if isinstance(msg, bytes):
+                pcm += msg
+            else:
+                assert json.loads(msg)["done"] is True
+                break
+    assert started_while_held == (2 if batched else 1)
+    indices = [int(r.request_id.rsplit("-", 1)[1]) for r in engine.requests]
+    assert len(indices) >= 2 and indices == list(range(len(indices)))
+    assert len(pcm) > 0

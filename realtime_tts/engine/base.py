@@ -87,6 +87,9 @@ class Capabilities:
     presets: tuple[str, ...] = ()
     deterministic: bool = True  # same input + seed → same audio
     device: str = "cpu"
+    # Concurrent segments share one model step (OmniVoice): a response's next segment may start at once. Engines
+    # without it (the CPU voice) start it only once the current one has audio, so it never delays first audio.
+    batched: bool = False
 
 
 @dataclass(frozen=True, slots=True)

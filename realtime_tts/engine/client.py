@@ -199,7 +199,7 @@ class OmniVoiceEngine:
         self._capabilities = Capabilities(
             engine=ENGINE_NAME, model=os.path.basename(self._model_dir.rstrip("/")) or ENGINE_NAME,
             sample_rate=SAMPLE_RATE_HZ, voice_modes=frozenset({"auto", "design", "clone"}), languages=None,
-            deterministic=True, device=device)
+            deterministic=True, device=device, batched=True)
 
     @property
     def capabilities(self) -> Capabilities:

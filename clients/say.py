@@ -21,28 +21,32 @@ import httpx
 import websockets
 
 
-async def ws_stream(url: str, request: dict[str, object]) -> tuple[bytes, dict[str, object], float]:
+async def read_audio(ws: websockets.ClientConnection, t0: float) -> tuple[bytes, dict[str, object], float]:
+    """PCM frames until the terminal JSON frame → (pcm, terminal frame, seconds to the first audio frame)."""
     pcm = bytearray()
     first: float | None = None
+    while True:
+        msg = await ws.recv()
+        if isinstance(msg, bytes):
+            first = first or time.perf_counter() - t0
+            pcm += msg
+            continue
+        done = json.loads(msg)
+        if "error" in done or done.get("type") == "error":
+            raise SystemExit(f"server error: {done}")
+        if done.get("done"):
+            return bytes(pcm), done, first or 0.0
+
+
+async def ws_stream(url: str, request: dict[str, object]) -> tuple[bytes, dict[str, object], float]:
     async with websockets.connect(f"{url}/v1/stream", max_size=None) as ws:
         t0 = time.perf_counter()
         await ws.send(json.dumps(request))
-        while True:
-            msg = await ws.recv()
-            if isinstance(msg, bytes):
-                first = first or time.perf_counter() - t0
-                pcm += msg
-            else:
-                done = json.loads(msg)
-                if "error" in done or done.get("type") == "error":
-                    raise SystemExit(f"server error: {done}")
-                return bytes(pcm), done, first or 0.0
+        return await read_audio(ws, t0)
 
 
 async def ws_tokens(url: str, request: dict[str, object], text: str) -> tuple[bytes, dict[str, object], float]:
     """Sends the text in 4-character pieces, as an LLM would, while reading audio concurrently."""
-    pcm = bytearray()
-    first: float | None = None
     async with websockets.connect(f"{url}/v1/stream/text", max_size=None) as ws:
         t0 = time.perf_counter()
         await ws.send(json.dumps(request))
@@ -54,18 +58,9 @@ async def ws_tokens(url: str, request: dict[str, object], text: str) -> tuple[by
             await ws.send(json.dumps({"end": True}))
 
         sender = asyncio.create_task(send_tokens())
-        while True:
-            msg = await ws.recv()
-            if isinstance(msg, bytes):
-                first = first or time.perf_counter() - t0
-                pcm += msg
-            else:
-                done = json.loads(msg)
-                if done.get("type") == "error":
-                    raise SystemExit(f"server error: {done}")
-                if done.get("done"):
-                    await sender
-                    return bytes(pcm), done, first or 0.0
+        result = await read_audio(ws, t0)
+        await sender
+        return result
 
 
 def http_speech(url: str, request: dict[str, object]) -> tuple[bytes, dict[str, object], float]:

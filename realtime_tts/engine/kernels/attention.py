@@ -19,13 +19,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n, offs_d, qk_scale_log2,
-                  m_i, l_i, acc):
-    cols = n0 + offs_n
-    valid = cols < seqlen
-    tok_n = (start + cols).to(tl.int64)
-    k = tl.load(k_base + tok_n[None, :] * stride_kt + offs_d[:, None], mask=valid[None, :], other=0.0)
-    s = tl.dot(q, k) * qk_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
+def _softmax_accumulate(s, valid, tok_n, v_base, stride_vt, offs_d, m_i, l_i, acc):
+    """The online-softmax update of one key block shared by both kernels: scores s [BLOCK_M, BLOCK_N] (log2
+    domain) → running max m_i, running sum l_i and the output accumulator acc rescaled and advanced."""
     s = tl.where(valid[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])
@@ -34,6 +30,17 @@ def _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, of
     v = tl.load(v_base + tok_n[:, None] * stride_vt + offs_d[None, :], mask=valid[:, None], other=0.0)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return m_new, l_i, acc
+
+
+@triton.jit
+def _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n, offs_d, qk_scale_log2,
+                  m_i, l_i, acc):
+    cols = n0 + offs_n
+    valid = cols < seqlen
+    tok_n = (start + cols).to(tl.int64)
+    k = tl.load(k_base + tok_n[None, :] * stride_kt + offs_d[:, None], mask=valid[None, :], other=0.0)
+    s = tl.dot(q, k) * qk_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
+    return _softmax_accumulate(s, valid, tok_n, v_base, stride_vt, offs_d, m_i, l_i, acc)
 
 
 @triton.jit
@@ -112,14 +119,7 @@ def _attend_block_rope(rq1, rq2, k_base, v_base, stride_kt, stride_vt, start, se
     rk1, rk2 = _norm_rope_kt(k_base, stride_kt, tok_n, valid, offs_h, kw1, kw2, pos_ptr, cos_ptr, sin_ptr,
                              stride_tab, eps, HEAD_DIM)
     s = (tl.dot(rq1, rk1) + tl.dot(rq2, rk2)) * qk_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
-    s = tl.where(valid[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    p = tl.exp2(s - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_base + tok_n[:, None] * stride_vt + offs_d[None, :], mask=valid[:, None], other=0.0)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-    return m_new, l_i, acc
+    return _softmax_accumulate(s, valid, tok_n, v_base, stride_vt, offs_d, m_i, l_i, acc)
 
 
 @triton.jit

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import numpy as np
 import websockets
+from machine import cpu_model  # bench/machine.py (the script's own folder is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = "Hello there, how are you today?"  # 6 words
@@ -168,14 +169,7 @@ def voice_alone_processes(n: int, jobs: int) -> float:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} logical cores"
 
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "text"))
 
+from machine import cpu_model  # bench/machine.py (the script's own folder is on sys.path)
 from text_samples import MORE, SAMPLES, long_text
 
 from realtime_tts.text import SentenceBuffer, split_text
@@ -63,14 +64,7 @@ def time_stream(tokens: list[str], repeats: int) -> tuple[float, float, float, f
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     import os
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

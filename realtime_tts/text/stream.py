@@ -34,6 +34,8 @@ from realtime_tts.text.unit import Unit, normalize_space
 # Characters kept before the current unit so the scanner's look-back (abbreviations, Thai spaces) sees the
 # same context however the text was chunked.
 _HISTORY = MAX_WORD + 8
+# What peek_first_unit() assumes comes next: a new sentence (a space, then a capital letter).
+_NEW_SENTENCE = " Z"
 
 
 def check_limits(min_chars: int, first_segment_min_chars: int, target_chars: int, max_chars: int) -> None:
@@ -105,6 +107,47 @@ class SentenceBuffer:
         units = self._advance(final=True)
         self._new_turn()
         return units
+
+    def peek_first_unit(self) -> Unit | None:
+        """The turn's first unit as it will be if the next word starts a new sentence, or None. Read-only.
+
+        Offered only while the first unit is undecided and the pending text ends at a cut mark that waits on
+        look-ahead alone ("Sure, I can help with that." before the next word: ' Your' confirms the cut, ' in'
+        does not) and that would end the first unit once confirmed (a sentence end at >= min_chars, a clause mark
+        or newline at >= first_segment_min_chars). Then the unit is the whole pending text, exactly as flush()
+        would emit it now; the text that follows decides whether feed() later emits this very unit (same text
+        and offsets) or a longer one. Abbreviations ("approx.", "Dr.") and partial text are never offered.
+        """
+        if not self._first or self._frontier >= self._total:
+            return None  # decided up to the end: no mark waits on the next characters
+        buf, origin, cum = self._buf, self._origin, self._cum
+        n = len(buf)
+        s = self._start - origin
+        while s < n and buf[s].isspace():
+            s += 1
+        f = self._frontier - origin
+        if f < s:
+            return None
+        # Resolve the waiting mark as if a new sentence began after it (a space, then a capital). Only the
+        # frontier's own mark can end the unit: everything before it is resolved and did not cut.
+        found: list[Mark] = []
+        scan_marks(buf + _NEW_SENTENCE, f, True, found)
+        for cut, level in found:
+            if cut > n:
+                break  # a mark of the probe itself
+            length = cum[cut] - cum[s]
+            if length > self.first_max_chars:
+                break
+            if not ((level >= SENTENCE and length >= self.min_chars)
+                    or (level >= CLAUSE_LEVEL and length >= self.first_segment_min_chars)):
+                continue
+            if not buf[cut:].isspace() and cut < n:
+                return None  # visible text follows the cut: it is still waiting on a later word
+            e = cut
+            while e > s and buf[e - 1].isspace():
+                e -= 1
+            return Unit(normalize_space(buf[s:e]), s + origin, e + origin, True)
+        return None
 
     # --- internals ----------------------------------------------------------------------------------
 

@@ -91,6 +91,49 @@ def test_flush_emits_short_text_and_keeps_the_turn() -> None:
     assert [(u.text, u.first, u.start) for u in units] == [("Next turn.", True, 20)]
 
 
+def peeks(chunks: list[str]) -> list[tuple[str, list[str], str | None]]:
+    """(chunk, units feed() emitted, the text peek_first_unit() offers after it) per chunk."""
+    buffer = SentenceBuffer()
+    out = []
+    for chunk in chunks:
+        units = buffer.feed(chunk)
+        peeked = buffer.peek_first_unit()
+        out.append((chunk, [u.text for u in units], peeked.text if peeked else None))
+    return out
+
+
+def test_peek_offers_the_first_sentence_before_the_next_word() -> None:
+    tokens = ["Sure", ",", " I", " can", " help", " with", " that", ".", " Your", " order", "."]
+    got = peeks(tokens)
+    sentence = "Sure, I can help with that."
+    assert [p for _, _, p in got] == [None] * 7 + [sentence, None, None, None]  # only once the first unit is out
+    assert got[8][1] == [sentence]  # " Your" confirms it: the very unit that was offered
+    buffer = SentenceBuffer()
+    buffer.feed("Sure, I can help with that.")
+    peeked = buffer.peek_first_unit()
+    assert peeked == Unit(sentence, 0, 27, True)
+    assert buffer.peek_first_unit() == peeked and buffer.pending == sentence  # read-only
+    assert buffer.feed(" ") == [] and buffer.peek_first_unit() == peeked  # trailing space: still waiting
+    assert buffer.feed(" Thanks") == [peeked]
+
+
+def test_peek_is_wrong_only_when_the_sentence_goes_on() -> None:
+    got = peeks(["The price went up by 3", ".", "5", " percent", "."])
+    assert got[1] == (".", [], "The price went up by 3.")
+    assert got[2] == ("5", [], None)  # "3.5": the offer is withdrawn
+    got = peeks(["She asked", " \"why", "?\"", " and", " left", "."])
+    assert got[2][2] == 'She asked "why?"' and got[3][2] is None  # lowercase next word: the sentence goes on
+
+
+def test_peek_skips_abbreviations_short_text_and_plain_words() -> None:
+    for text in ("Please call Dr.", "It takes approx.", "Hi.", "Sure, I can help with that", "Well,"):
+        buffer = SentenceBuffer()
+        assert buffer.feed(text) == [] and buffer.peek_first_unit() is None, text
+    buffer = SentenceBuffer()  # a clause mark counts once the first unit may cut at a clause
+    buffer.feed("Of course I can help you with that one,")
+    assert buffer.peek_first_unit() == Unit("Of course I can help you with that one,", 0, 39, True)
+
+
 def test_bad_limits_raise_bad_request_naming_the_field() -> None:
     with pytest.raises(BadRequest) as err:
         SentenceBuffer(min_chars=0)

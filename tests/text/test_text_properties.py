@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from realtime_tts.text import SentenceBuffer, Unit, budget_length, normalize_space, split_text
+from realtime_tts.text.punctuation import CLAUSE, CLOSERS, ELLIPSIS, SPACED_CLAUSE, SPACED_TERMINATORS, TERMINATORS
 from realtime_tts.text.script import is_continuation
 
 # Longer hunts: TEXT_EXAMPLES_SCALE=10 .venv/bin/python -m pytest tests/text/test_text_properties.py
@@ -135,3 +137,43 @@ def test_split_text_lossless_and_within_max(text: str, target: int, extra: int, 
     for unit in units:
         assert within_max(text, unit, max_chars), unit
     assert [u.first for u in units] == [i == 0 for i in range(len(units))]
+
+
+# Every mark of the punctuation table, and what may close one.
+PEEK_ENDS = frozenset(SPACED_TERMINATORS + ELLIPSIS + TERMINATORS + SPACED_CLAUSE + CLAUSE + CLOSERS + "\n")
+
+
+@settings(max_examples=500 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text_strategy, st.lists(st.integers(0, 10_000), max_size=40), limits())
+@example("Sure, I can help with that. Your order", [27, 28], {"min_chars": 4, "first_segment_min_chars": 24,
+                                                             "target_chars": 160, "max_chars": 320})
+@example("Hi there\n", [], {"min_chars": 1, "first_segment_min_chars": 2, "target_chars": 6, "max_chars": 12})
+def test_peek_first_unit_is_read_only_and_offers_a_prefix(text: str, cuts: list[int], params: dict[str, int]) -> None:
+    """peek_first_unit() changes nothing that feed/flush/end emit; what it offers is the pending text up to a
+    mark, exactly what flush() would emit and what feed() emits if a new sentence follows; and, like the units,
+    it depends only on the text fed so far, not on the chunking."""
+    by_char = SentenceBuffer(**params)
+    peek_at = [by_char.peek_first_unit()]  # peek_at[k]: the offer once text[:k] has been fed
+    for ch in text:
+        by_char.feed(ch)
+        peek_at.append(by_char.peek_first_unit())
+    buffer = SentenceBuffer(**params)
+    units: list[Unit] = []
+    fed = ""
+    for chunk in split_at(text, cuts):
+        units += buffer.feed(chunk)
+        fed += chunk
+        peeked = buffer.peek_first_unit()
+        assert peeked == peek_at[len(fed)]
+        if peeked is None:
+            continue
+        assert not units and peeked.first
+        assert peeked.text == normalize_space(buffer.pending) and fed[peeked.end:].strip() == ""
+        assert (fed[peeked.end - 1] in PEEK_ENDS or is_continuation(fed, peeked.end - 1)
+                or "\n" in fed[peeked.end:]), peeked  # a mark ends it, or a newline follows it
+        assert buffer.peek_first_unit() == peeked
+        assert copy.deepcopy(buffer).flush() == [peeked]
+        twin = copy.deepcopy(buffer)
+        assert (twin.feed(" Z") + twin.end())[0] == peeked
+    units += buffer.end()
+    assert units == run_chunks(split_at(text, cuts), params)

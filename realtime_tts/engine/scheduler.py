@@ -10,6 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 # Priority classes of engine.base (0 first segment of a turn, 1 live stream, 2 bulk). An item that has
 # waited longer than max_wait_s since it last ran is promoted above all of them: nothing starves.
@@ -50,18 +51,67 @@ class SchedulerStats:
     num_cancelled: int
 
 
+@dataclass(frozen=True, slots=True)
+class StepTimeModel:
+    """Predicted seconds of one step from its token count: piecewise linear through calibration points
+    (tokens, seconds), extended past the last point at the average slope. Data measured on the serving
+    device (step time plus the host's per-step work), so the policy holds no device numbers of its own."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def __post_init__(self) -> None:
+        pts = self.points
+        if len(pts) < 2:
+            raise ValueError(f"step_model needs at least 2 (tokens, seconds) points, got {len(pts)}")
+        for (x0, y0), (x1, y1) in pairwise(pts):
+            if not (x1 > x0 >= 0 and y1 >= y0 > 0):
+                raise ValueError(f"step_model points must rise in tokens and not fall in seconds (> 0): {pts}")
+        if not pts[-1][1] > pts[0][1]:
+            raise ValueError(f"step_model: the last point must take longer than the first: {pts}")
+
+    def __call__(self, tokens: int) -> float:
+        pts = self.points
+        for (x0, y0), (x1, y1) in pairwise(pts):
+            if tokens <= x1:
+                return y0 + (y1 - y0) * max(0, tokens - x0) / (x1 - x0)
+        return pts[-1][1] + self._slope() * (tokens - pts[-1][0])
+
+    def _slope(self) -> float:
+        # past the last point: the average slope over all points (a flat last stair must not make steps free)
+        (x0, y0), (x1, y1) = self.points[0], self.points[-1]
+        return (y1 - y0) / (x1 - x0)
+
+    def max_tokens_within(self, seconds: float) -> int:
+        """The most tokens one step may hold and still take at most `seconds` (0 when not even an empty one)."""
+        pts = self.points
+        if seconds < pts[0][1]:
+            return 0
+        for (x0, y0), (x1, y1) in pairwise(pts):
+            if seconds < y1:
+                return int(x0 + (x1 - x0) * (seconds - y0) / (y1 - y0))
+        return int(pts[-1][0] + (seconds - pts[-1][1]) / self._slope())
+
+
 @dataclass
 class Scheduler:
     """Iteration-level continuous batching with a per-step token budget and deadline priority.
 
     Every call to schedule() picks the batch for one diffusion step from all live items: a new item joins at
     the next step, a finished one leaves after its last (complete_step), a cancelled one is dropped at the
-    next plan. Items are ordered by (aged first, priority class, deadline, arrival) and packed greedily into
-    max_batch_tokens, or, while a first segment or an urgent stream segment is live, into
-    max(latency_batch_tokens, tokens of all urgent items) capped at max_batch_tokens; an
+    next plan. Items that waited longer than max_wait_s since they last ran come first (nothing starves); an
     item that alone exceeds the budget still runs when it heads the order (alone), so an oversized segment
     cannot block the worker. Started items that do not fit simply pause: their state is their codes, which
-    keep between steps.
+    keep between steps. Two policies order the rest and size the budget:
+
+    - class policy (step_model None): by (priority class, deadline, arrival), packed greedily into
+      max_batch_tokens, or, while a first segment or an urgent stream segment is live, into
+      max(latency_batch_tokens, tokens of all urgent items) capped at max_batch_tokens.
+    - deadline policy (step_model given): every item has a deadline (its own, or arrival + the target of its
+      class) by which its last step must end. The step time τ that keeps every item that can still make it
+      on time is the least (deadline − now) / remaining steps; the budget is the most tokens the step model
+      says fit in τ, grown to hold every item that would fall behind if it sat this step out (under
+      overload everything due runs together: throughput, not a queue). Items are ordered by slack
+      (deadline − remaining steps × predicted step time), so work that can wait fills what is left.
     """
 
     max_batch_tokens: int
@@ -78,6 +128,20 @@ class Scheduler:
     # inputs (host work that grows with the batch). With nothing running a new item starts at once. 0 = every
     # new item joins at the next step.
     admit_interval_s: float = 0.0
+    # Deadline policy: (tokens, seconds) calibration points of one step on this device, host work included
+    # (or a StepTimeModel). None = the class policy above.
+    step_model: StepTimeModel | tuple[tuple[int, float], ...] | None = None
+    # Deadline policy: the last step of an item that came without a deadline ends this long after add(), by
+    # class (first segment: time to first audio minus decode and delivery; a stream segment queued before its
+    # response's first audio; bulk). An item's own deadline_s is moved deadline_margin_s earlier (the decode
+    # and delivery after its last step).
+    first_deadline_s: float = 0.25
+    stream_deadline_s: float = 1.0
+    bulk_deadline_s: float = 10.0
+    deadline_margin_s: float = 0.03
+    # Deadline policy: an item is urgent once less than urgency × (its remaining steps × the step time)
+    # is left before its deadline.
+    urgency: float = 1.0
     clock: Callable[[], float] = time.monotonic
     _items: dict[str, _Item] = field(default_factory=dict, init=False)
     _cancelled: list[str] = field(default_factory=list, init=False)
@@ -86,6 +150,7 @@ class Scheduler:
     _num_finished: int = field(default=0, init=False)
     _num_cancelled: int = field(default=0, init=False)
     _last_admit_s: float = field(default=-math.inf, init=False)
+    _model: StepTimeModel | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:
@@ -98,6 +163,16 @@ class Scheduler:
             raise ValueError(f"max_active must be >= 1, got {self.max_active}")
         if self.admit_interval_s < 0:
             raise ValueError(f"admit_interval_s must be >= 0, got {self.admit_interval_s}")
+        for name in ("first_deadline_s", "stream_deadline_s", "bulk_deadline_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not self.urgency > 0:
+            raise ValueError(f"urgency must be > 0, got {self.urgency}")
+        if self.deadline_margin_s < 0:
+            raise ValueError(f"deadline_margin_s must be >= 0, got {self.deadline_margin_s}")
+        if self.step_model is not None:
+            m = self.step_model
+            self._model = m if isinstance(m, StepTimeModel) else StepTimeModel(tuple((int(t), float(x)) for t, x in m))
 
     def add(self, request_id: str, *, num_tokens: int, num_steps: int, priority: int = 2,
             deadline_s: float | None = None) -> None:
@@ -136,10 +211,13 @@ class Scheduler:
         """Choose the batch of the next step (may be empty when nothing is live)."""
         now = self.clock()
         cancelled, self._cancelled = tuple(self._cancelled), []
-        order = sorted(self._items.values(), key=lambda it: self._key(it, now))
-        num_active = sum(1 for it in order if it.steps_done > 0)
+        num_active = sum(1 for it in self._items.values() if it.steps_done > 0)
         admit = num_active == 0 or now - self._last_admit_s >= self.admit_interval_s
-        budget = self.budget(order, now)
+        if self._model is None:
+            order = sorted(self._items.values(), key=lambda it: self._key(it, now))
+            budget = self.budget(order, now)
+        else:
+            order, budget = self._deadline_plan(now, admit and num_active < self.max_active)
         batch: list[_Item] = []
         num_tokens = 0
         for item in order:
@@ -167,8 +245,56 @@ class Scheduler:
             self._last_admit_s = now
         return StepPlan(tuple(it.request_id for it in batch), tuple(started), cancelled, num_tokens, budget)
 
+    def deadline(self, item: _Item) -> float:
+        """When the item's last step must end (deadline policy)."""
+        if item.deadline_s is not None:
+            return item.deadline_s - self.deadline_margin_s
+        if item.priority <= 0:
+            return item.arrival_s + self.first_deadline_s
+        return item.arrival_s + (self.stream_deadline_s if item.priority == 1 else self.bulk_deadline_s)
+
+    def _deadline_plan(self, now: float, admit: bool) -> tuple[list[_Item], int]:
+        """Deadline policy: (items in schedule order, token budget of the next step)."""
+        model = self._model
+        assert model is not None
+        live = [(it, self.deadline(it), it.num_steps - it.steps_done) for it in self._items.values()
+                if admit or it.steps_done > 0]  # those that cannot start now do not size this step
+        # The longest step every item that can still finish on time allows. An item already too late to
+        # finish on time even in a step of its own does not shrink the steps of the others: it runs in every
+        # step from now on (it is due, below), which is the best it can get.
+        tau = math.inf
+        for it, deadline, remaining in live:
+            need = (deadline - now) / remaining
+            if need >= model(it.num_tokens):
+                tau = min(tau, need)
+        fit = self.max_batch_tokens if tau == math.inf else min(self.max_batch_tokens, model.max_tokens_within(tau))
+        # Urgent: less than `urgency` × its remaining steps × the step time of a busy batch (a step of
+        # latency_batch_tokens, else max_batch_tokens) is left. Judged against that fixed step time, not this
+        # step's: then one nearly late item, which shrinks τ, cannot make everything else look relaxed and
+        # starve the worker into tiny steps. Urgent items all run together, whatever the step time then is:
+        # sitting one out only makes it later, and when they do not fit in τ (more arrive than short steps can
+        # carry) holding them all is what keeps up with arrivals. Work with more slack only fills the step up
+        # to what τ allows.
+        busy_s = model(self.latency_batch_tokens or self.max_batch_tokens)
+        urgent = {it.request_id for it, deadline, remaining in live
+                  if deadline - now <= self.urgency * remaining * busy_s}
+        budget = min(self.max_batch_tokens, max(fit, sum(it.num_tokens for it, _, _ in live
+                                                         if it.request_id in urgent)))
+        # Tokens the step takes at no extra predicted time (the rest of its CUDA-graph bucket) are free filler.
+        budget = max(1, min(self.max_batch_tokens, max(budget, model.max_tokens_within(model(budget)))))
+        step_s = model(budget)
+
+        def key(item: _Item) -> tuple[int, float, int]:
+            since = item.last_run_s if item.last_run_s is not None else item.arrival_s
+            if now - since > self.max_wait_s:
+                return (_CLASS_AGED, since, item.seq)
+            slack = self.deadline(item) - (item.num_steps - item.steps_done) * step_s
+            return (0 if item.request_id in urgent else 1, slack, item.seq)
+
+        return sorted(self._items.values(), key=key), budget
+
     def budget(self, order: list[_Item], now: float) -> int:
-        """Token budget of the next step, given the live items in schedule order."""
+        """Token budget of the next step under the class policy, given the live items in schedule order."""
         budget = self.max_batch_tokens
         if self.latency_batch_tokens is not None:
             urgent_tokens = sum(it.num_tokens for it in order if self._urgent(it, now))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from realtime_tts.engine.base import PRIORITY_BULK, PRIORITY_FIRST, PRIORITY_STREAM
-from realtime_tts.engine.scheduler import Scheduler, StepPlan
+from realtime_tts.engine.scheduler import Scheduler, StepPlan, StepTimeModel
 
 
 class Clock:
@@ -250,12 +250,14 @@ class SchedulerMachine(RuleBasedStateMachine):
     BUDGET = 64
     LATENCY_BUDGET = 24
     MAX_WAIT_S = 1.0
+    STEP_MODEL: tuple[tuple[int, float], ...] | None = None  # None: the class policy's checks
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = Clock()
         self.s = Scheduler(max_batch_tokens=self.BUDGET, latency_batch_tokens=self.LATENCY_BUDGET, urgent_s=1.0,
-                           max_batch_items=8, max_wait_s=self.MAX_WAIT_S, clock=self.clock)
+                           max_batch_items=8, max_wait_s=self.MAX_WAIT_S, step_model=self.STEP_MODEL,
+                           first_deadline_s=0.3, stream_deadline_s=1.0, bulk_deadline_s=3.0, clock=self.clock)
         self.live: dict[str, dict[str, float | int | None]] = {}
         self.steps: dict[str, int] = {}
         self.cancelled: set[str] = set()
@@ -299,9 +301,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             deadline = v["deadline"]
             if v["priority"] == 0 or (v["priority"] == 1 and deadline is not None and deadline - now <= 1.0):
                 urgent_tokens += int(v["tokens"] or 0)
-        # the latency budget never holds urgent work back (up to the full budget)
-        budget = min(self.BUDGET, max(self.LATENCY_BUDGET, urgent_tokens)) if urgent_tokens else self.BUDGET
-        assert plan.budget == budget
+        if self.STEP_MODEL is None:
+            # the latency budget never holds urgent work back (up to the full budget)
+            budget = min(self.BUDGET, max(self.LATENCY_BUDGET, urgent_tokens)) if urgent_tokens else self.BUDGET
+            assert plan.budget == budget
+        else:
+            assert 1 <= plan.budget <= self.BUDGET
+        budget = plan.budget
         assert tokens <= budget or len(batch) == 1, "budget exceeded by a multi-item batch"
         assert bool(batch) == bool(self.live), "idle step while work was waiting"
         assert set(plan.started) == {r for r in batch if self.steps[r] == 0}
@@ -311,7 +317,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         if aged:  # no starvation: the longest-unserved aged item always runs
             oldest = min(aged, key=lambda r: (float(self.live[r]["last"]), int(r[1:])))  # type: ignore[arg-type]
             assert oldest in batch
-        if len(batch) < 8:
+        if len(batch) < 8 and self.STEP_MODEL is None:
             for r, v in self.live.items():
                 if r in batch or aged:
                     continue
@@ -350,6 +356,17 @@ TestSchedulerMachine = SchedulerMachine.TestCase
 TestSchedulerMachine.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
 
 
+class DeadlineMachine(SchedulerMachine):
+    """The same random runs under the deadline policy: nothing starves, cancelled never runs, every item runs
+    exactly num_steps steps, the budget holds except for a lone oversized head, never idle with work live."""
+
+    STEP_MODEL = ((0, 0.002), (32, 0.004), (64, 0.008))
+
+
+TestDeadlineMachine = DeadlineMachine.TestCase
+TestDeadlineMachine.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+
+
 @settings(max_examples=200, deadline=None)
 @given(ops=st.lists(st.one_of(st.tuples(st.just("add"), st.integers(1, 5), st.sampled_from([0, 1, 2])),
                               st.tuples(st.just("step"), st.floats(0.001, 0.04), st.just(0))), max_size=60))
@@ -381,3 +398,89 @@ def test_admission_interval_property(ops: list[tuple[str, float, int]]) -> None:
         waiting -= set(plan.started)
         clock.now += arg
         running -= set(s.complete_step(plan))
+
+
+# --- deadline policy ----------------------------------------------------------------------------------------
+
+# 1 ms per step plus 1 ms per 100 tokens (a smooth model keeps the arithmetic of these tests readable)
+LINEAR = ((0, 0.001), (1000, 0.011))
+
+
+def test_step_time_model_interpolates_extends_and_inverts() -> None:
+    m = StepTimeModel(LINEAR)
+    assert m(0) == pytest.approx(0.001) and m(500) == pytest.approx(0.006) and m(2000) == pytest.approx(0.021)
+    assert m.max_tokens_within(0.006) == 500 and m.max_tokens_within(0.0005) == 0
+    assert m.max_tokens_within(0.021) == pytest.approx(2000, abs=1)
+    stairs = StepTimeModel(((0, 0.002), (255, 0.002), (256, 0.005), (511, 0.005)))
+    assert stairs.max_tokens_within(0.004) == 255 and stairs.max_tokens_within(0.005) == 511
+    for bad in [((0, 0.001),), ((10, 0.001), (5, 0.002)), ((0, 0.002), (10, 0.001)), ((0, 0.0), (10, 0.001))]:
+        with pytest.raises(ValueError, match="step_model"):
+            StepTimeModel(bad)
+    with pytest.raises(ValueError, match="urgency"):
+        Scheduler(max_batch_tokens=10, step_model=LINEAR, urgency=0)
+
+
+def test_budget_is_what_the_first_segments_deadline_allows() -> None:
+    # A first segment of 32 steps must end within 0.25 s: ≤ 7.8 ms per step → ≤ 681 tokens by the model.
+    # Bulk with seconds of slack only fills up to that; the class policy used a fixed latency budget instead.
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=5000, latency_batch_tokens=4000, step_model=LINEAR, first_deadline_s=0.25,
+                  clock=clock)
+    for i in range(20):
+        s.add(f"bulk{i}", num_tokens=100, num_steps=32, priority=PRIORITY_BULK)
+    plan, _ = run_step(s, clock)
+    assert len(plan.batch) == 20, "bulk alone: nothing is due soon, the step holds everything"
+    s.add("first", num_tokens=100, num_steps=32, priority=PRIORITY_FIRST)
+    plan, _ = run_step(s, clock, dt=0.0075)
+    assert plan.batch[0] == "first" and plan.budget == 681 and plan.num_tokens == 600
+    while "first" in s:
+        plan, _ = run_step(s, clock, dt=StepTimeModel(LINEAR)(plan.num_tokens))
+    assert clock.now - 100.0 - 0.01 <= 0.25 + 1e-9  # it made its deadline (0.01: the bulk-only step)
+
+
+def test_a_stream_about_to_run_dry_beats_a_fresh_first_segment() -> None:
+    # Room for one item per step. The class policy always runs the first segment first; the stream segment's
+    # playback runs dry in 0.2 s and its 16 steps take 0.176 s, while the first segment has 0.5 s.
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=100, step_model=LINEAR, first_deadline_s=0.5, deadline_margin_s=0.0,
+                  clock=clock)
+    s.add("first", num_tokens=100, num_steps=16, priority=PRIORITY_FIRST)
+    s.add("stream", num_tokens=100, num_steps=16, priority=PRIORITY_STREAM, deadline_s=clock.now + 0.2)
+    order = [run_step(s, clock, dt=0.011)[0].batch for _ in range(32)]
+    assert order[:16] == [("stream",)] * 16 and order[16:] == [("first",)] * 16
+
+
+def test_overload_holds_every_urgent_item_beyond_the_deadline_budget() -> None:
+    # 40 first segments at once, each 32 steps: short steps (the deadline's budget) would run a few at a time
+    # and leave the rest waiting; urgent work all runs together, up to max_batch_tokens.
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=10_000, step_model=LINEAR, first_deadline_s=0.25, clock=clock)
+    for i in range(40):
+        s.add(f"r{i}", num_tokens=100, num_steps=32, priority=PRIORITY_FIRST)
+    plan, _ = run_step(s, clock)
+    assert len(plan.batch) == 40 and plan.budget >= 4000
+
+
+def test_a_nearly_late_item_does_not_shrink_every_step() -> None:
+    # One item 1 step from its deadline wants a ~2 ms step; the 30 first segments behind it are urgent (judged
+    # against a busy step, not that tiny one) and run with it: throughput does not collapse to one item.
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=10_000, latency_batch_tokens=1000, step_model=LINEAR, first_deadline_s=0.3,
+                  deadline_margin_s=0.0, clock=clock)
+    s.add("late", num_tokens=100, num_steps=1, priority=PRIORITY_STREAM, deadline_s=clock.now + 0.0025)
+    for i in range(30):
+        s.add(f"r{i}", num_tokens=100, num_steps=32, priority=PRIORITY_FIRST)
+    plan, _ = run_step(s, clock)
+    assert "late" in plan.batch and len(plan.batch) == 31
+
+
+def test_deadline_policy_backlog_drains_at_full_throughput() -> None:
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=200, latency_batch_tokens=30, step_model=LINEAR, clock=clock)
+    for i in range(40):
+        s.add(f"r{i}", num_tokens=10, num_steps=4, priority=PRIORITY_FIRST)
+    steps = 0
+    while len(s):
+        run_step(s, clock)
+        steps += 1
+    assert steps == 8

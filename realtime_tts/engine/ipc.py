@@ -34,6 +34,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     latency_batch_tokens: int = 0  # 0 = no smaller budget for first segments
     admit_interval_s: float = 0.0  # new segments join a running batch at most this often (0 = every step)
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+    max_active: int = 1024  # segments started and unfinished at once (each holds a device slot)
     stats_interval_s: float = 0.25
 
 

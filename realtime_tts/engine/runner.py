@@ -1,6 +1,7 @@
-"""Executes diffusion steps fast: fused Triton backbone, CUDA graphs per (token, batch, frame) bucket with
-static padded inputs, eager fallback on a miss, hit/miss counters. Semantics are realtime_tts.model.decoding's
-(pack → step_packed → unpack); this module changes only how a step runs. Worker processes only (torch).
+"""Executes diffusion steps fast: items in device slots (engine/slots.py), fused Triton backbone, a CUDA graph
+per (tokens, batch, frames) bucket whose only input is the batch's slot list, eager fallback on a miss,
+hit/miss counters. Semantics are realtime_tts.model.decoding's step; this module changes only how a step runs.
+Worker processes only (torch).
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from realtime_tts.engine.slots import SlotTable
 from realtime_tts.model import decoding
 from realtime_tts.model.decoding import ItemState, PackedBatch
 from realtime_tts.model.network import OmniVoiceModel
@@ -124,16 +127,11 @@ class FusedBackbone:
         return out
 
 
-def _same(a: list[Any], b: list[Any]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-
-
 @dataclass(frozen=True, slots=True)
 class BucketKey:
     num_tokens: int
     batch: int
     frames: int
-    reveal_width: int
 
 
 @dataclass
@@ -143,38 +141,42 @@ class RunnerStats:
     graphs_captured: int = 0
     capture_s: float = 0.0
     steps: int = 0
-    step_s: float = 0.0  # host wall time inside step(), including the host packing work
+    step_s: float = 0.0  # host wall time inside step() (the GPU runs behind it, at most max_inflight steps)
+    wait_s: float = 0.0  # the part of step_s spent waiting for the GPU to catch up
     miss_reasons: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"graph_hits": self.graph_hits, "graph_misses": self.graph_misses,
                 "graphs_captured": self.graphs_captured, "capture_s": round(self.capture_s, 3),
-                "steps": self.steps, "miss_reasons": dict(self.miss_reasons)}
+                "steps": self.steps, "step_s": round(self.step_s, 3), "wait_s": round(self.wait_s, 3),
+                "miss_reasons": dict(self.miss_reasons)}
 
 
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
-    batch: PackedBatch  # static, padded inputs (the graph reads these addresses)
-    tokens_out: torch.Tensor  # [Bb, 8, Tb]
-    step_out: torch.Tensor  # [Bb]
+    slots: torch.Tensor  # [Bb] long: the static input, the slot of each batch row (the empty slot pads)
+    loaded: tuple[int | None, ...] = ()  # the slot list last copied into `slots`
 
 
 class StepRunner:
-    """Runs decoding steps for a list of ItemStates (the role of realtime_tts.model.decoding.step).
+    """Runs decoding steps for ItemStates (the role of realtime_tts.model.decoding.step), keeping each item in
+    flight in a device slot (engine/slots.py): a step's host work is one [B] slot-id copy and a graph replay
+    (or an eager step), with no host sync; the host runs at most max_inflight steps ahead of the GPU.
 
     use_fused: Triton backbone + one-pass embedding (CUDA; or anywhere under TRITON_INTERPRET).
     fused_scoring: the CFG/argmax kernel and a TF32 audio head (head_tf32) instead of decoding.score's
-    fp32 tensors (not with class-temperature sampling). use_graphs: CUDA graphs per bucket, captured on the
-    first step that needs one (or ahead with capture()) while the card keeps min_free_bytes free and fewer
-    than max_graphs exist; anything else runs eagerly and counts as a miss (stats.miss_reasons says why).
+    fp32 tensors (not with class-temperature sampling). use_graphs: CUDA graphs per (tokens, batch, frames)
+    bucket, captured on the first step that needs one (or ahead with capture()) while the card keeps
+    min_free_bytes free and fewer than max_graphs exist; anything else runs eagerly and counts as a miss
+    (stats.miss_reasons says why).
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
                  fused_scoring: bool | None = None, head_tf32: bool = True, fuse_rope: bool = True,
                  max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
-                 token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
-                 batch_buckets: tuple[int, ...] = BATCH_BUCKETS) -> None:
+                 token_buckets: tuple[int, ...] = TOKEN_BUCKETS, batch_buckets: tuple[int, ...] = BATCH_BUCKETS,
+                 max_slots: int = 1024, max_inflight: int = 2) -> None:
         cuda = model.device.type == "cuda"
         self.model = model
         self.use_fused = cuda if use_fused is None else use_fused
@@ -190,11 +192,12 @@ class StepRunner:
         self.capture_on_miss = capture_on_miss
         self.token_buckets = token_buckets
         self.batch_buckets = batch_buckets
+        self.max_inflight = max_inflight
+        self.table = SlotTable(max_slots, model.num_codebooks, model.mask_id, model.device)
         self.graphs: dict[BucketKey, _Graph] = {}
         self.stats = RunnerStats()
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
-        # The last graphed step, to replay again without re-packing when the same states come back.
-        self._last: tuple[list[ItemState], list[torch.Tensor], list[int], _Graph, PackedBatch] | None = None
+        self._inflight: deque[torch.cuda.Event] = deque()
         if self.use_graphs:
             # Graphs hold the rope tables' addresses: grow them once, now, to the largest bucket.
             model.llm.rope_tables(max(token_buckets), torch.float32)
@@ -245,83 +248,152 @@ class StepRunner:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
 
+    def _advance(self, slots: torch.Tensor, key: BucketKey, max_seqlen: int, class_sampling: bool = False) -> None:
+        """One step for the items in `slots`, packed on the device, results written back into their slots."""
+        batch = self.table.pack(slots, key.num_tokens, key.frames, max_seqlen, class_sampling)
+        tokens, new_step = self.forward_step(batch)
+        self.table.write_back(slots, tokens, new_step)
+
+    def check(self, item: Any) -> None:
+        """Raise BadRequest when an item can never run here (longer than a slot)."""
+        self.table.check(item)
+
+    def _admit(self, states: list[ItemState]) -> None:
+        for s in states:
+            if s.slot is None:
+                s.slot = self.table.assign(s.item, s.tokens, s.step)
+
+    def release(self, state: ItemState) -> None:
+        """Free a state's slot (a cancelled item); its grid is dropped."""
+        if state.slot is not None:
+            self.table.release(state.slot)
+            state.slot = None
+
+    def grid(self, state: ItemState) -> torch.Tensor:
+        """A state's current grid [8, T]: a copy out of its slot while in flight, else state.tokens."""
+        return self.table.tokens(state.slot, state.item.num_frames) if state.slot is not None else state.tokens
+
+    def _finish(self, states: list[ItemState]) -> None:
+        """States that just ran their last step: copy their grids out of the slots (enqueued behind the step)
+        and free the slots; state.ready marks when the copies are done (CUDA)."""
+        for s in states:
+            assert s.slot is not None
+            s.tokens = self.table.tokens(s.slot, s.item.num_frames)
+            self.table.release(s.slot)
+            s.slot = None
+        if states and self.model.device.type == "cuda":
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record()
+            for s in states:
+                s.ready = event
+
+    def _throttle(self) -> None:
+        """Record this step's end; wait while more than max_inflight steps are queued on the GPU, so the
+        scheduler's next choice is never based on a stale view of far-ahead work."""
+        if self.model.device.type != "cuda":
+            return
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        event.record()
+        self._inflight.append(event)
+        if len(self._inflight) > self.max_inflight:
+            t0 = time.perf_counter()
+            self._inflight.popleft().synchronize()
+            self.stats.wait_s += time.perf_counter() - t0
+
+    def bucket_key(self, states: list[ItemState]) -> BucketKey | str:
+        """The bucket a batch of states pads to, or the reason there is none."""
+        num_tokens = _ceil_to(self.token_buckets, sum(s.item.num_tokens for s in states))
+        num_b = _ceil_to(self.batch_buckets, len(states))
+        if num_tokens is None:
+            return "tokens"
+        if num_b is None:
+            return "batch"
+        if any(s.item.params.class_temperature > 0 for s in states):
+            return "class_sampling"  # the graphs are captured for argmax tokens
+        frames = -(-max(s.item.num_frames for s in states) // FRAME_QUANTUM) * FRAME_QUANTUM
+        return BucketKey(num_tokens, num_b, frames)
+
+    def _slot_ids(self, states: list[ItemState], width: int) -> torch.Tensor:
+        """The slots of states padded with the empty slot to `width`, as a device tensor (async copy)."""
+        ids = [s.slot if s.slot is not None else self.table.empty for s in states]
+        ids += [self.table.empty] * (width - len(states))
+        host = torch.tensor(ids, dtype=torch.long)
+        if self.model.device.type == "cuda":
+            return host.pin_memory().to(self.model.device, non_blocking=True)
+        return host
+
     @torch.inference_mode()
     def step(self, states: list[ItemState]) -> None:
-        """One diffusion step for every live state (each at its own step index), in place."""
+        """One diffusion step for every live state (each at its own step index), in place. Finished states get
+        their final grid in state.tokens (a device tensor; state.ready is its event on CUDA)."""
         live = [s for s in states if not s.done]
         if not live:
             return
         t0 = time.perf_counter()
-        last = self._last
-        graph: _Graph | None
-        if last is not None and _same(last[0], live) and _same(last[1], [s.tokens for s in live]) \
-                and last[2] == [s.step for s in live]:
-            # Same states as the graphed step before, untouched since: the graph already advanced its
-            # static inputs in place, so replay without packing.
-            graph, batch = last[3], last[4]
+        self._admit(live)
+        key = self.bucket_key(live)
+        graph = self._graph_for(key) if self.use_graphs else None
+        if graph is not None:
+            assert isinstance(key, BucketKey)
+            loaded = tuple(s.slot for s in live)
+            if graph.loaded != loaded:
+                graph.slots.copy_(self._slot_ids(live, key.batch))
+                graph.loaded = loaded
             graph.graph.replay()
             self.stats.graph_hits += 1
         else:
-            self._last = None
-            batch = decoding.pack(live, self.model.device)
-            graph = self._graph_for(batch) if self.use_graphs else None
-            if graph is not None:
-                self._load(graph.batch, batch)
-                graph.graph.replay()
-                num_b, t_max = batch.tokens.shape[0], batch.tokens.shape[2]
-                batch.tokens = graph.tokens_out[:num_b, :, :t_max]
-                batch.step = graph.step_out[:num_b]
-                self.stats.graph_hits += 1
-            else:
-                batch.tokens, batch.step = self.forward_step(batch)
-                self.stats.graph_misses += 1
-        if graph is not None:
-            # No host sync: every live state advances exactly one step (the graph's rule for a state that is
-            # not done), and each gets its own device copy of its grid, enqueued behind the replay.
-            for b, s in enumerate(live):
-                s.tokens = graph.tokens_out[b, :, :s.item.num_frames].clone()
-                s.step += 1
-            # Holds the states and grids themselves (not ids, which a new object could reuse).
-            self._last = (list(live), [s.tokens for s in live], [s.step for s in live], graph, batch)
-        else:
-            decoding.unpack(batch, live)
+            self._run_eager(live)
+            self.stats.graph_misses += 1
+        for s in live:
+            s.step += 1
+        self._finish([s for s in live if s.done])
+        self._throttle()
         self.stats.steps += 1
         self.stats.step_s += time.perf_counter() - t0
 
+    def _run_eager(self, live: list[ItemState]) -> None:
+        """A step at the batch's exact size (no bucket padding), through the same device packing."""
+        num_tokens = sum(s.item.num_tokens for s in live)
+        frames = max(s.item.num_frames for s in live)
+        sampling = any(s.item.params.class_temperature > 0 for s in live)
+        self._advance(self._slot_ids(live, len(live)), BucketKey(num_tokens, len(live), frames),
+                      max(s.item.cond_len for s in live), sampling)
+
     def run(self, items: list[Any]) -> list[torch.Tensor]:
         """Decode prepared items to completion together → code grids [8, T_i] on the CPU."""
-        states = [ItemState.start(it, self.model.device) for it in items]
+        states = [ItemState.start(it) for it in items]
         while not all(s.done for s in states):
             self.step(states)
         return [s.tokens.cpu() for s in states]
 
     @torch.inference_mode()
-    def enqueue(self, batch: PackedBatch, num_steps: int) -> torch.Tensor | None:
-        """Load a packed batch into its bucket's graph and enqueue num_steps replays, without waiting.
-        → the graph's token grid [Bb, 8, Tb] on the device (rows < batch size, frames < each T_i are the
-        items'), valid until the next enqueue into the same bucket; None when no graph fits."""
-        graph = self._graph_for(batch) if self.use_graphs else None
+    def enqueue(self, items: list[Any]) -> list[torch.Tensor] | None:
+        """Run items to completion as one graph replayed back to back with no host work between steps (the
+        items advance together), without waiting: → their code grids [8, T_i] on the device, enqueued on the
+        current stream. None when no graph fits the batch."""
+        states = [ItemState.start(it) for it in items]
+        key = self.bucket_key(states)
+        graph = self._graph_for(key) if self.use_graphs else None
         if graph is None:
             return None
-        self._last = None  # the static inputs no longer match any state list
-        self._load(graph.batch, batch)
+        assert isinstance(key, BucketKey)
+        self._admit(states)
+        graph.slots.copy_(self._slot_ids(states, key.batch))
+        graph.loaded = tuple(s.slot for s in states)
+        num_steps = max(len(it.reveal) for it in items)
         for _ in range(num_steps):
             graph.graph.replay()
         self.stats.graph_hits += num_steps
         self.stats.steps += num_steps
-        return graph.tokens_out
+        for s in states:
+            s.step = len(s.item.reveal)
+        self._finish(states)
+        return [s.tokens for s in states]
 
-    @torch.inference_mode()
     def run_graphed(self, items: list[Any]) -> list[torch.Tensor] | None:
-        """Like run(), but with no host work between steps: one graph replayed back to back (the items
-        advance together). None when no graph fits the batch."""
-        states = [ItemState.start(it, self.model.device) for it in items]
-        batch = decoding.pack(states, self.model.device)
-        out = self.enqueue(batch, max(len(it.reveal) for it in items))
-        if out is None:
-            return None
-        tokens = out[:len(items)].cpu()
-        return [tokens[b, :, :it.num_frames].clone() for b, it in enumerate(items)]
+        """enqueue(), then the grids on the CPU. None when no graph fits the batch."""
+        grids = self.enqueue(items)
+        return None if grids is None else [g.cpu() for g in grids]
 
     def decode(self, states_or_codes: list[Any]) -> list[Any]:
         """Finished code grids → waveforms, batched across items of equal length by the codec."""
@@ -330,23 +402,7 @@ class StepRunner:
         return waves
 
     # --------------------------------------------------------------------------------------- buckets
-    def bucket_for(self, batch: PackedBatch) -> BucketKey | str:
-        """The bucket a packed batch pads to, or the reason there is none."""
-        # +1 token: invalid (padded) target slots are written into one spare padding token.
-        num_tokens = _ceil_to(self.token_buckets, batch.num_tokens + 1)
-        num_b = _ceil_to(self.batch_buckets, batch.batch_size)
-        if num_tokens is None:
-            return "tokens"
-        if num_b is None:
-            return "batch"
-        if batch.any_class_sampling:
-            return "class_sampling"  # the graphs are captured for argmax tokens
-        frames = -(-int(batch.tokens.shape[2]) // FRAME_QUANTUM) * FRAME_QUANTUM
-        width = 33 if batch.reveal.shape[1] <= 33 else -(-batch.reveal.shape[1] // 64) * 64 + 1
-        return BucketKey(num_tokens, num_b, frames, width)
-
-    def _graph_for(self, batch: PackedBatch) -> _Graph | None:
-        key = self.bucket_for(batch)
+    def _graph_for(self, key: BucketKey | str) -> _Graph | None:
         if isinstance(key, str):
             self._miss(key)
             return None
@@ -360,42 +416,40 @@ class StepRunner:
     def _miss(self, reason: str) -> None:
         self.stats.miss_reasons[reason] = self.stats.miss_reasons.get(reason, 0) + 1
 
-    def startup_keys(self, max_tokens: int, num_steps: int = 32,
-                     prefix_tokens: tuple[int, ...] = (64, 192)) -> list[BucketKey]:
+    def startup_keys(self, max_tokens: int, prefix_tokens: tuple[int, ...] = (64, 192)) -> list[BucketKey]:
         """Buckets worth capturing before serving: each batch bucket × utterance lengths of 2.5–15 s
         (frame buckets) × a short and a long conditioning prefix (design vs clone), up to max_tokens per step;
         small batches first (they carry the latency-critical first segments)."""
-        width = 33 if num_steps + 1 <= 33 else -(-(num_steps + 1) // 64) * 64 + 1
         keys: list[BucketKey] = []
         for num_b in self.batch_buckets:
             for frames in (64, 96, 160, 256, 384):
                 for prefix in prefix_tokens:
-                    tokens = _ceil_to(self.token_buckets, num_b * (2 * frames + prefix) + 1)
-                    if tokens is None or tokens > max_tokens + 1:
+                    tokens = _ceil_to(self.token_buckets, num_b * (2 * frames + prefix))
+                    if tokens is None or tokens > max_tokens:
                         continue
-                    key = BucketKey(tokens, num_b, frames, width)
+                    key = BucketKey(tokens, num_b, frames)
                     if key not in keys:
                         keys.append(key)
         return keys
 
-    def serving_keys(self, max_tokens: int, num_steps: int = 32, min_item_tokens: int = 100,
+    def serving_keys(self, max_tokens: int, min_item_tokens: int = 100,
                      frames: tuple[int, ...] = (32, 64, 96, 128, 160)) -> list[BucketKey]:
         """The buckets a serving worker's continuous batches land in: any number of items of min_item_tokens
         (a short sentence, ~45 frames) to 2.5 × the frame bucket tokens (cond + uncond rows: the text prefix
-        is ~1 token per 2 frames), the longest of them under each frame bucket, up to max_tokens per step. Batches of live serving mix lengths, so
-        unlike startup_keys (uniform batches) every token bucket such a mix can fill is listed. Small batches
-        and short frame buckets first (first segments are short and latency-critical)."""
-        width = 33 if num_steps + 1 <= 33 else -(-(num_steps + 1) // 64) * 64 + 1
+        is ~1 token per 2 frames), the longest of them under each frame bucket, up to max_tokens per step.
+        Batches of live serving mix lengths, so unlike startup_keys (uniform batches) every token bucket such a
+        mix can fill is listed. Small batches and short frame buckets first (first segments are short and
+        latency-critical)."""
         keys: list[BucketKey] = []
         lo_items = 1
         for num_b in self.batch_buckets:
             for t in frames:
-                lo = lo_items * min_item_tokens + 1
-                hi = min(num_b * (5 * t // 2) + 1, max_tokens + 1)
+                lo = lo_items * min_item_tokens
+                hi = min(num_b * (5 * t // 2), max_tokens)
                 for tokens in self.token_buckets:
-                    if tokens < lo or tokens > max_tokens + 1:
+                    if tokens < lo or tokens > max_tokens:
                         continue
-                    key = BucketKey(tokens, num_b, t, width)
+                    key = BucketKey(tokens, num_b, t)
                     if key not in keys:
                         keys.append(key)
                     if tokens >= hi:
@@ -403,7 +457,7 @@ class StepRunner:
             lo_items = num_b + 1
         return keys
 
-    def capture_startup(self, max_tokens: int, max_seconds: float = 30.0, num_steps: int = 32,
+    def capture_startup(self, max_tokens: int, max_seconds: float = 30.0,
                         keys: list[BucketKey] | None = None) -> int:
         """Capture keys (default startup_keys()) ahead, so no request pays for their capture, until
         max_seconds pass, max_graphs exist or free memory falls under min_free_bytes. → graphs captured now."""
@@ -411,13 +465,15 @@ class StepRunner:
             return 0
         t0 = time.perf_counter()
         before = len(self.graphs)
-        for key in keys if keys is not None else self.startup_keys(max_tokens, num_steps):
+        for key in keys if keys is not None else self.startup_keys(max_tokens):
             if time.perf_counter() - t0 > max_seconds or self.capture(key) is None:
                 break
         return len(self.graphs) - before
 
+    @torch.inference_mode()
     def capture(self, key: BucketKey) -> _Graph | None:
-        """Capture the step graph for one bucket (None when over max_graphs or the memory headroom)."""
+        """Capture the step graph for one bucket (None when over max_graphs or the memory headroom). The warm-up
+        runs and the capture see only the empty slot, so items in flight are untouched."""
         if key in self.graphs:
             return self.graphs[key]
         if len(self.graphs) >= self.max_graphs:
@@ -426,84 +482,20 @@ class StepRunner:
         if free < self.min_free_bytes:
             return None
         t0 = time.perf_counter()
-        static = self._static_batch(key)
-        stream = torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
-        stream.wait_stream(torch.cuda.current_stream(self.model.device))
+        dev = self.model.device
+        slots = torch.full((key.batch,), self.table.empty, dtype=torch.long, device=dev)
+        stream = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
+        stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: Triton compilation, cuBLAS handles, allocator
-                self._advance(static)
-        torch.cuda.current_stream(self.model.device).wait_stream(stream)
+                self._advance(slots, key, key.num_tokens)
+        torch.cuda.current_stream(dev).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            self._advance(static)
-        entry = _Graph(graph=graph, batch=static, tokens_out=static.tokens, step_out=static.step)
+            self._advance(slots, key, key.num_tokens)
+        entry = _Graph(graph=graph, slots=slots)
         self.graphs[key] = entry
         self.stats.graphs_captured += 1
         self.stats.capture_s += time.perf_counter() - t0
         log.info("captured step graph %s in %.2f s", key, time.perf_counter() - t0)
         return entry
-
-    @torch.inference_mode()
-    def _advance(self, static: PackedBatch) -> None:
-        """One step that writes its results back into its own inputs (tokens, step, target ids), so that
-        replays chain without host work. Padded target slots all land in the spare last token."""
-        tokens, new_step = self.forward_step(static)
-        flat = tokens.permute(1, 0, 2).reshape(8, -1)  # [8, Bb·Tb]
-        static.ids[:, static.cond_index.flatten()] = flat
-        static.ids[:, static.uncond_index.flatten()] = flat
-        static.tokens.copy_(tokens)
-        static.step.copy_(new_step)
-
-    def _static_batch(self, key: BucketKey) -> PackedBatch:
-        """Padded input buffers for one bucket, filled with a harmless empty batch."""
-        dev = self.model.device
-        n, b, t = key.num_tokens, key.batch, key.frames
-        mask_id = self.model.mask_id
-
-        def z(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
-            return torch.zeros(*shape, dtype=dtype, device=dev)
-
-        batch = PackedBatch(
-            ids=z(8, n), audio_mask=z(n, dtype=torch.bool), positions=z(n),
-            cu_seqlens=z(2 * b + 1, dtype=torch.int32), max_seqlen=n,
-            cond_index=torch.full((b, t), n - 1, dtype=torch.long, device=dev),
-            uncond_index=torch.full((b, t), n - 1, dtype=torch.long, device=dev),
-            valid=z(b, t, dtype=torch.bool), flat_valid=torch.arange(b * t, device=dev), num_frames=z(b),
-            tokens=torch.full((b, 8, t), mask_id, dtype=torch.long, device=dev), step=z(b),
-            reveal=z(b, key.reveal_width), seed=z(b), guidance=z(b, dtype=torch.float32),
-            layer_penalty=z(b, dtype=torch.float32), position_temperature=z(b, dtype=torch.float32),
-            class_temperature=z(b, dtype=torch.float32), any_class_sampling=False, items=[])
-        # One short first row keeps the warm-up runs' attention inputs well formed (and cheap).
-        batch.cu_seqlens[1:] = min(n - 1, 256)
-        return batch
-
-    def _load(self, static: PackedBatch, batch: PackedBatch) -> None:
-        """Copy a packed batch into a bucket's static buffers (pads: no-op tokens, empty rows, k = 0)."""
-        n, num_b, t_max = batch.num_tokens, batch.batch_size, int(batch.tokens.shape[2])
-        spare = static.ids.shape[1] - 1  # padded target slots gather from / write to this token
-        static.ids[:, :n].copy_(batch.ids)
-        static.ids[:, n:].zero_()
-        static.audio_mask[:n].copy_(batch.audio_mask)
-        static.audio_mask[n:].zero_()
-        static.positions[:n].copy_(batch.positions)
-        static.positions[n:].zero_()
-        rows = batch.cu_seqlens.numel() - 1
-        static.cu_seqlens[:rows + 1].copy_(batch.cu_seqlens)
-        static.cu_seqlens[rows + 1:] = n
-        for dst, src in ((static.cond_index, batch.cond_index), (static.uncond_index, batch.uncond_index)):
-            dst.fill_(spare)
-            dst[:num_b, :t_max].copy_(torch.where(batch.valid, src, spare))
-        static.valid.zero_()
-        static.valid[:num_b, :t_max].copy_(batch.valid)
-        static.num_frames.zero_()
-        static.num_frames[:num_b].copy_(batch.num_frames)
-        static.tokens.fill_(self.model.mask_id)
-        static.tokens[:num_b, :, :t_max].copy_(batch.tokens)
-        static.step.zero_()
-        static.step[:num_b].copy_(batch.step)
-        static.reveal.zero_()
-        static.reveal[:num_b, :batch.reveal.shape[1]].copy_(batch.reveal)
-        for name in ("seed", "guidance", "layer_penalty", "position_temperature", "class_temperature"):
-            dst = getattr(static, name)
-            dst.zero_()
-            dst[:num_b].copy_(getattr(batch, name))

@@ -43,7 +43,11 @@ class Backend(Protocol):
         """→ (state, tokens it adds to a step, number of steps). Raises errors.TTSError on bad input."""
 
     def step(self, states: list[Any]) -> None:
-        """One diffusion step for every state (each at its own step index)."""
+        """One diffusion step for every state (each at its own step index). May return before the device has
+        run it: decode() waits for what it needs."""
+
+    def release(self, state: Any) -> None:
+        """Drop an unfinished state (cancelled or failed): free what it holds on the device."""
 
     def decode(self, states: list[Any]) -> list[bytes]:
         """Finished states → float32 little-endian mono audio, one per state, batched. Called from the loop's
@@ -89,17 +93,20 @@ class ModelBackend:
                                                        device=options.device)
         # Room for every bucket serving_keys() lists (~160 at a 16k budget; each holds only its small static
         # inputs, the graphs share one memory pool).
-        self.runner = _Runner(self.model, max_graphs=256)
+        self.runner = _Runner(self.model, max_graphs=256, max_slots=options.max_active)
         self._budget = options.max_batch_tokens
         self.device = options.device
         self.model_name = os.path.basename(options.model_dir.rstrip("/"))
         self.sample_rate = int(self.model.codec.sample_rate)
         if self.runner.use_graphs:
             self.max_batch_items = max(self.runner.batch_buckets)
-            self.max_batch_tokens = max(self.runner.token_buckets) - 1  # the runner needs one spare token
+            self.max_batch_tokens = max(self.runner.token_buckets)
         else:
             self.max_batch_items, self.max_batch_tokens = 256, 1 << 30
         self._rng = random.Random()
+        # Codec decodes run on their own stream (decode thread), beside the steps instead of between them.
+        self._decode_stream: Any = (torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
+                                    if self.model.device.type == "cuda" else None)
         if self.model.device.type == "cuda":
             self._warm_up()
 
@@ -136,15 +143,28 @@ class ModelBackend:
         item = ov.prepare(self.model, submit.text, language=submit.language, instruct=submit.instruct,
                           prompt=prompt, speed=submit.speed, duration_s=submit.duration_s, params=params,
                           denoise=submit.denoise, seed=seed)
-        state = ov.ItemState.start(item, self.model.device)
+        self.runner.check(item)
+        state = ov.ItemState.start(item)  # on the host: the runner copies it into a device slot at its first step
         return state, item.num_tokens, len(item.reveal)
 
     def step(self, states: list[Any]) -> None:
         self.runner.step(states)
 
+    def release(self, state: Any) -> None:
+        self.runner.release(state)
+
     def decode(self, states: list[Any]) -> list[bytes]:
         with self._cuda_lock:
-            waves = self.runner.decode(states)
+            stream = self._decode_stream
+            if stream is None:
+                waves = self.runner.decode(states)
+            else:
+                import torch
+
+                for event in {id(s.ready): s.ready for s in states if s.ready is not None}.values():
+                    stream.wait_event(event)  # the grids were copied out of their slots on the step stream
+                with torch.cuda.stream(stream):
+                    waves = self.runner.decode(states)
         return [self._ov.match_loudness(w, s.item.ref_rms).astype("<f4").tobytes()
                 for w, s in zip(waves, states, strict=True)]
 
@@ -226,7 +246,7 @@ class WorkerLoop:
         budget = min(options.max_batch_tokens, backend.max_batch_tokens)
         self.scheduler = Scheduler(max_batch_tokens=budget, max_batch_items=backend.max_batch_items,
                                    latency_batch_tokens=min(options.latency_batch_tokens, budget) or None,
-                                   admit_interval_s=options.admit_interval_s)
+                                   admit_interval_s=options.admit_interval_s, max_active=options.max_active)
         self.segments: dict[str, _Segment] = {}
         self.running = True
         self._last_stats_s = 0.0
@@ -271,7 +291,9 @@ class WorkerLoop:
             self._admit(message)
         elif isinstance(message, ipc.Abort):
             if self.scheduler.cancel(message.request_id):
-                self.segments.pop(message.request_id, None)  # its id may be reused right away
+                segment = self.segments.pop(message.request_id, None)  # its id may be reused right away
+                if segment is not None:
+                    self.backend.release(segment.state)
                 self.send(ipc.Failed(message.request_id, errors.Cancelled.code, "cancelled"))
         elif isinstance(message, ipc.EncodeVoice):
             self._encode_voice(message)
@@ -326,7 +348,9 @@ class WorkerLoop:
         except Exception as exc:  # the worker-loop edge: fail this batch, keep serving (or exit, below)
             for request_id in plan.batch:
                 self.scheduler.cancel(request_id)
-                self.segments.pop(request_id, None)
+                failed = self.segments.pop(request_id, None)
+                if failed is not None:
+                    self.backend.release(failed.state)
                 self._fail(request_id, exc)
             if device_is_broken(exc):
                 # A CUDA fault poisons the context for every later step: exit, and the web process fails

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -26,6 +26,11 @@ class ItemState:
     item: PreparedItem
     tokens: torch.Tensor  # [8, T] long, MASK where not yet revealed
     step: int = 0
+    # A runner that keeps items on the device (engine/runner.py) holds the live grid in its slot `slot` and
+    # writes it back to tokens when the item finishes; `ready` is then the device event after which tokens
+    # is complete (None: already complete).
+    slot: int | None = None
+    ready: Any = None
 
     @classmethod
     def start(cls, item: PreparedItem, device: torch.device | str = "cpu") -> ItemState:

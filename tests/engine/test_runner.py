@@ -32,29 +32,66 @@ def _items(model: OmniVoiceModel, num_step: int = 8) -> list[decoding.PreparedIt
                     duration_s=1.0 + 0.6 * i, params=params, seed=10 + i) for i, t in enumerate(TEXTS)]
 
 
-def test_padded_bucket_step_equals_model_step(model_fp32: OmniVoiceModel) -> None:
-    """The static, padded batch a graph replays (spare rows, frames, tokens) computes the same step."""
-    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False)
+def test_slot_packed_batch_equals_host_packed_batch(model_fp32: OmniVoiceModel) -> None:
+    """Items copied into device slots and packed from a padded slot list (empty rows, spare tokens and frames,
+    as a graph bucket has) give decoding.pack's batch, and one step from the slots is the model's step."""
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False, max_slots=8)
     items = _items(model_fp32)
     states = [decoding.ItemState.start(it) for it in items]
     for _ in range(3):  # a few steps so that tokens are partly revealed
         decoding.step(model_fp32, states)
-    batch = decoding.pack(states, "cpu")
-    key = runner.bucket_for(batch)
-    assert isinstance(key, BucketKey)
-    assert key.num_tokens > batch.num_tokens and key.batch >= 3 and key.frames >= batch.tokens.shape[2]
-    static = runner._static_batch(BucketKey(key.num_tokens + 256, 8, key.frames + 32, 65))  # extra padding
-    runner._load(static, batch)
-    runner._advance(static)
-    decoding.step_packed(model_fp32, batch)
-    num_b, t_max = batch.tokens.shape[0], batch.tokens.shape[2]
-    assert torch.equal(static.tokens[:num_b, :, :t_max], batch.tokens)
-    assert torch.equal(static.step[:num_b], batch.step)
-    assert (static.tokens[num_b:] == model_fp32.mask_id).all(), "padded items reveal nothing"
-    # the targets written back into the static ids are what a fresh pack would build for the next step
-    assert torch.equal(static.ids[:, :batch.num_tokens], batch.ids)
-    revealed = (batch.tokens != model_fp32.mask_id).sum().item()
-    assert revealed > 0
+    ref = decoding.pack(states, "cpu")
+    slots_of = [runner.table.assign(s.item, s.tokens, s.step) for s in reversed(states)][::-1]  # not 0, 1, 2
+    assert slots_of != [0, 1, 2]
+    empty = runner.table.empty
+    slots = torch.tensor(slots_of + [empty] * 3)  # a 6-wide bucket
+    num_tokens, frames = ref.num_tokens + 200, ref.tokens.shape[2] + 32
+    got = runner.table.pack(slots, num_tokens, frames, ref.max_seqlen)
+    n, num_b, t_max = ref.num_tokens, len(states), ref.tokens.shape[2]
+    assert torch.equal(got.ids[:, :n], ref.ids) and (got.ids[:, n:] == 0).all()
+    assert torch.equal(got.audio_mask[:n], ref.audio_mask) and not got.audio_mask[n:].any()
+    assert torch.equal(got.positions[:n], ref.positions)
+    # the empty rows are zero-length: cond rows of the padding come between the real cond and uncond rows
+    cu = got.cu_seqlens.tolist()
+    assert cu[:num_b + 1] == ref.cu_seqlens.tolist()[:num_b + 1] and cu[num_b:6 + 1] == [cu[num_b]] * (6 - num_b + 1)
+    assert cu[-1] == n
+    for field in ("tokens", "cond_index", "uncond_index", "valid"):
+        a, b = getattr(got, field), getattr(ref, field)
+        assert torch.equal(a[:num_b, ..., :t_max], torch.where(ref.valid[:, None, :] if field == "tokens" else
+                                                               ref.valid, b, a[:num_b, ..., :t_max])), field
+    assert not got.valid[:, t_max:].any() and not got.valid[num_b:].any()
+    for field in ("step", "seed", "guidance", "layer_penalty", "position_temperature", "class_temperature",
+                  "num_frames"):
+        assert torch.equal(getattr(got, field)[:num_b], getattr(ref, field).to(getattr(got, field).dtype)), field
+    assert torch.equal(got.reveal[:num_b, :ref.reveal.shape[1]], ref.reveal)
+    # one step from the slots (padded) == the model's step on the host-packed batch
+    runner._advance(slots, BucketKey(num_tokens, 6, frames), ref.max_seqlen)
+    decoding.step_packed(model_fp32, ref)
+    for b, s in enumerate(slots_of):
+        t = items[b].num_frames
+        assert torch.equal(runner.table.tokens(s, t), ref.tokens[b, :, :t])
+        assert int(runner.table.step[s]) == int(ref.step[b])
+    assert (ref.tokens != model_fp32.mask_id).sum() > (decoding.pack(states, "cpu").tokens != model_fp32.mask_id).sum()
+
+
+def test_cancelled_slots_are_reused_without_disturbing_others(model_fp32: OmniVoiceModel) -> None:
+    """A state released mid-way frees its slot; a new item takes it and every item still decodes exactly as
+    decoding.run decodes it alone."""
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False, max_slots=2)
+    items = _items(model_fp32, num_step=4)
+    a, b = decoding.ItemState.start(items[0]), decoding.ItemState.start(items[1])
+    runner.step([a, b])
+    runner.release(b)
+    assert b.slot is None and runner.table.num_free == 1
+    c = decoding.ItemState.start(items[2])
+    while not (a.done and c.done):
+        runner.step([a, c])
+    assert runner.table.num_free == 2
+    assert torch.equal(a.tokens, decoding.run(model_fp32, [items[0]])[0])
+    assert torch.equal(c.tokens, decoding.run(model_fp32, [items[2]])[0])
+    with pytest.raises(RuntimeError, match="no free decoding slot"):
+        states = [decoding.ItemState.start(it) for it in items]
+        runner.step(states)
 
 
 @needs_triton
@@ -121,7 +158,7 @@ def test_fused_scoring_step_matches_model_step(model_fp32: OmniVoiceModel) -> No
         runner.step(states)
         decoding.step(model_fp32, ref_states)
     for a, b in zip(states, ref_states):
-        assert torch.equal(a.tokens, b.tokens) and a.step == b.step
+        assert torch.equal(runner.grid(a), b.tokens) and a.step == b.step
 
 
 def test_startup_keys_cover_small_batches_first(model_fp32: OmniVoiceModel) -> None:
@@ -129,11 +166,11 @@ def test_startup_keys_cover_small_batches_first(model_fp32: OmniVoiceModel) -> N
     keys = runner.startup_keys(max_tokens=16384)
     assert keys and keys[0].batch == 1
     assert [k.batch for k in keys] == sorted(k.batch for k in keys)
-    assert all(k.num_tokens <= 16385 and k.num_tokens in runner.token_buckets for k in keys)
+    assert all(k.num_tokens <= 16384 and k.num_tokens in runner.token_buckets for k in keys)
     assert len(set(keys)) == len(keys)
     # a real single 6 s design utterance lands in a pre-captured bucket
     item = prepare(model_fp32, TEXTS[0], language="en", instruct="female, low pitch", duration_s=6.0)
-    assert runner.bucket_for(decoding.pack([decoding.ItemState.start(item)], "cpu")) in keys
+    assert runner.bucket_key([decoding.ItemState.start(item)]) in keys
     assert runner.capture_startup(max_tokens=16384) == 0, "no graphs without CUDA"
 
 
@@ -201,19 +238,19 @@ def test_serving_keys_cover_mixed_continuous_batches(model_fp32: OmniVoiceModel)
     import random
 
     runner = StepRunner(model_fp32, use_fused=False, use_graphs=False)
-    budget = 16383
+    budget = 16384
     keys = set(runner.serving_keys(budget))
     ordered = runner.serving_keys(budget)
     assert [k.batch for k in ordered] == sorted(k.batch for k in ordered) and len(keys) == len(ordered)
-    assert all(k.num_tokens <= budget + 1 for k in keys)
+    assert all(k.num_tokens <= budget for k in keys)
     rng = random.Random(0)
     params = DecodeParams(num_step=4)
     pool = [prepare(model_fp32, t, language="en", duration_s=d, params=params)
             for t in TEXTS for d in (1.8, 2.8, 3.8, 5.0, 6.0)]
     for size in (1, 2, 3, 5, 8, 13, 20, 33, 47, 64, 90, 128):
         states = [decoding.ItemState.start(rng.choice(pool)) for _ in range(size)]
-        batch = decoding.pack(states, "cpu")
-        if batch.num_tokens + 1 > budget:
+        num_tokens = sum(s.item.num_tokens for s in states)
+        if num_tokens > budget:
             continue  # the scheduler never packs a step this large
-        key = runner.bucket_for(batch)
-        assert key in keys, (size, batch.num_tokens, key)
+        key = runner.bucket_key(states)
+        assert key in keys, (size, num_tokens, key)

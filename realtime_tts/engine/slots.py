@@ -1,0 +1,161 @@
+"""Per-item decoding state kept on the device in fixed slots, and the packing of a step's batch on the device
+from nothing but the step's slot numbers. A step's host work is then one small copy of [B] slot ids: no
+re-pack when the batch changes, no host sync, graph-capturable. Worker processes only (torch).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from realtime_tts.errors import BadRequest
+from realtime_tts.model.decoding import PackedBatch
+from realtime_tts.model.sequence import MAX_FRAMES, MAX_STEPS, PreparedItem
+
+# A slot's conditioning prefix (style, text, reference codes) holds at most this many tokens: ~80 s of clone
+# reference at 25 Hz plus its text. Frames: a segment's longest target (sequence.MAX_FRAMES), whole 32s.
+MAX_PREFIX = 2048
+MAX_SLOT_FRAMES = -(-MAX_FRAMES // 32) * 32
+_INT_META = 4  # prefix_len, frames, audio_start, seed
+_FLOAT_META = 4  # guidance, layer_penalty, position_temperature, class_temperature
+
+
+class SlotTable:
+    """Device tables indexed by slot: the cond prefix and current target grid of every item in flight, its
+    step index, reveal schedule and sampling parameters. The last slot is the empty item that pads a graph's
+    batch rows (zero-length rows, never attended, its writes are ignored).
+
+    assign() writes an item in (one pinned host→device copy, then device copies, all enqueued on the current
+    stream); pack() builds a PackedBatch for a [Bb] tensor of slots with fixed shapes; write_back() stores a
+    step's results. Slot reuse is safe without syncs: every use is stream-ordered.
+    """
+
+    def __init__(self, num_slots: int, num_codebooks: int, mask_id: int, device: torch.device | str,
+                 max_prefix: int = MAX_PREFIX, max_frames: int = MAX_SLOT_FRAMES, max_steps: int = MAX_STEPS) -> None:
+        dev = torch.device(device)
+        self.device = dev
+        self.num_codebooks = num_codebooks
+        self.mask_id = mask_id
+        self.max_prefix, self.max_frames = max_prefix, max_frames
+        self.empty = num_slots  # the padding slot
+        s = num_slots + 1
+        c = num_codebooks
+        # int32 tables (ids < 2^31): half the memory of long; ~120 MB at 1024 slots.
+        self.prefix = torch.zeros(s, c, max_prefix, dtype=torch.int32, device=dev)  # [S, C, P]
+        self.grid = torch.zeros(s, c, max_frames, dtype=torch.int32, device=dev)  # [S, C, F]
+        self.meta = torch.zeros(s, _INT_META, dtype=torch.long, device=dev)  # [S, 4]
+        self.fmeta = torch.zeros(s, _FLOAT_META, dtype=torch.float32, device=dev)  # [S, 4]
+        self.reveal = torch.zeros(s, max_steps + 1, dtype=torch.long, device=dev)  # [S, W], 0 past the last step
+        self.step = torch.zeros(s, dtype=torch.long, device=dev)  # [S]
+        self._free = list(range(num_slots - 1, -1, -1))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def check(self, item: PreparedItem) -> None:
+        """Raise BadRequest when an item cannot live in a slot (its prefix or target is longer than a slot)."""
+        prefix = item.cond_len - item.num_frames
+        if prefix > self.max_prefix:
+            raise BadRequest(f"the conditioning (instruct, text and reference audio) is {prefix} tokens, more than "
+                             f"the {self.max_prefix} one segment may carry; use a shorter reference or text",
+                             field="text")
+        if item.num_frames > self.max_frames:
+            raise BadRequest(f"one segment may last at most {self.max_frames // 25} s", field="text")
+
+    def assign(self, item: PreparedItem, tokens: torch.Tensor, step: int = 0) -> int:
+        """Take a free slot for an item whose current grid is tokens [C, T] at step index `step`."""
+        self.check(item)
+        if not self._free:
+            raise RuntimeError("no free decoding slot (more items in flight than the table holds)")
+        slot = self._free.pop()
+        c, t = self.num_codebooks, item.num_frames
+        prefix_len = item.cond_len - t
+        reveal = torch.zeros(self.reveal.shape[1], dtype=torch.long)
+        reveal[:len(item.reveal)] = torch.tensor(item.reveal, dtype=torch.long)
+        ints = [torch.tensor([prefix_len, t, item.audio_start, item.seed, step], dtype=torch.long), reveal,
+                item.cond_ids[:, :prefix_len].reshape(-1).long()]
+        on_host = tokens.device.type == "cpu"
+        if on_host:
+            ints.append(tokens.reshape(-1).long())
+        p = item.params
+        floats = torch.tensor([p.guidance_scale, p.layer_penalty, p.position_temperature, p.class_temperature],
+                              dtype=torch.float32)
+        # One pinned staging buffer per item: the copy is asynchronous, and the caching host allocator keeps the
+        # block until the copy has run.
+        packed = torch.cat(ints + [floats.view(torch.int32).long()])
+        dev = packed.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else packed
+        w = self.reveal.shape[1]
+        self.meta[slot].copy_(dev[:_INT_META])
+        self.step[slot] = dev[_INT_META]
+        o = _INT_META + 1
+        self.reveal[slot].copy_(dev[o:o + w])
+        o += w
+        if prefix_len:
+            self.prefix[slot, :, :prefix_len].copy_(dev[o:o + c * prefix_len].view(c, prefix_len))
+        o += c * prefix_len
+        self.grid[slot].fill_(self.mask_id)
+        if on_host:
+            self.grid[slot, :, :t].copy_(dev[o:o + c * t].view(c, t))
+            o += c * t
+        else:
+            self.grid[slot, :, :t].copy_(tokens)
+        self.fmeta[slot].copy_(dev[o:o + _FLOAT_META].to(torch.int32).view(torch.float32))
+        return slot
+
+    def release(self, slot: int) -> None:
+        self._free.append(slot)
+
+    def tokens(self, slot: int, num_frames: int) -> torch.Tensor:
+        """A fresh copy of a slot's grid [C, T] (long), enqueued on the current stream."""
+        return self.grid[slot, :, :num_frames].long()
+
+    def pack(self, slots: torch.Tensor, num_tokens: int, frames: int, max_seqlen: int,
+             class_sampling: bool = False) -> PackedBatch:
+        """The batch of items in `slots` [Bb] (empty slot = padding row), packed into num_tokens tokens
+        (≥ their total; the rest is padding after the last row) with target grids padded to `frames`.
+        Device ops with fixed shapes only (no host sync). Rows: cond_0..cond_{Bb-1}, uncond_0..uncond_{Bb-1}."""
+        dev = slots.device
+        num_b = slots.shape[0]
+        meta = self.meta[slots]  # [Bb, 4]
+        prefix_len, num_frames, audio_start, seed = meta.t().contiguous()  # [Bb] each
+        row_lens = torch.cat([prefix_len + num_frames, num_frames])  # [2Bb]
+        cu = torch.cat([row_lens.new_zeros(1), row_lens.cumsum(0)])  # [2Bb+1]
+        n = torch.arange(num_tokens, device=dev)
+        row = torch.searchsorted(cu[1:], n, right=True)  # [N]; 2Bb for padding tokens
+        pad = row >= 2 * num_b
+        row = row.clamp(max=2 * num_b - 1)
+        pos = n - cu[row]
+        is_cond = row < num_b
+        b = torch.where(is_cond, row, row - num_b)
+        slot_n = slots[b]
+        pl_n = prefix_len[b]
+        in_prefix = is_cond & (pos < pl_n)
+        t_n = torch.where(is_cond, pos - pl_n, pos).clamp(0, self.max_frames - 1)
+        prefix_ids = self.prefix[slot_n, :, pos.clamp(max=self.max_prefix - 1)]  # [N, C]
+        grid_ids = self.grid[slot_n, :, t_n]  # [N, C]
+        ids = torch.where(in_prefix[:, None], prefix_ids, grid_ids).masked_fill(pad[:, None], 0)
+        ids = ids.t().contiguous().long()  # [C, N]
+        audio_mask = torch.where(is_cond, pos >= audio_start[b], True) & ~pad  # [N]
+        positions = pos.masked_fill(pad, 0)
+        t = torch.arange(frames, device=dev)
+        valid = t[None, :] < num_frames[:, None]  # [Bb, Tb]
+        # Invalid (padded) frames gather token 0: its logits are computed and never used.
+        cond_index = torch.where(valid, (cu[:num_b] + prefix_len)[:, None] + t[None, :], 0)
+        uncond_index = torch.where(valid, cu[num_b:2 * num_b][:, None] + t[None, :], 0)
+        grids = self.grid[slots, :, :frames]  # [Bb, C, Tb]
+        tokens = torch.where(valid[:, None, :], grids, self.mask_id).long()
+        fmeta = self.fmeta[slots].t().contiguous()  # [4, Bb]: each row contiguous (kernels take plain pointers)
+        return PackedBatch(
+            ids=ids, audio_mask=audio_mask, positions=positions, cu_seqlens=cu.to(torch.int32),
+            max_seqlen=max_seqlen, cond_index=cond_index, uncond_index=uncond_index, valid=valid,
+            flat_valid=torch.empty(0, dtype=torch.long, device=dev),  # only decoding.pack's batches write ids
+            num_frames=num_frames, tokens=tokens, step=self.step[slots], reveal=self.reveal[slots],
+            seed=seed, guidance=fmeta[0], layer_penalty=fmeta[1], position_temperature=fmeta[2],
+            class_temperature=fmeta[3], any_class_sampling=class_sampling, items=[])
+
+    def write_back(self, slots: torch.Tensor, tokens: torch.Tensor, step: torch.Tensor) -> None:
+        """Store a step's new grids [Bb, C, Tb] and step indices [Bb] into the slots (padding rows write the
+        empty slot, which nothing reads)."""
+        frames = tokens.shape[2]
+        self.grid[slots, :, :frames] = tokens.to(torch.int32)
+        self.step[slots] = step

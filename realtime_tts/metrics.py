@@ -48,6 +48,13 @@ class Metrics:
         self.cuda_graph_misses_total = Counter(p + "cuda_graph_misses_total", "Steps run eagerly.", registry=r)
         self.cancellations_total = Counter(p + "cancellations_total", "Cancelled requests by stage.", ["stage"],
                                            registry=r)
+        self.speculations_total = Counter(
+            p + "speculations_total", "First units of a turn started before the next word confirmed their end.",
+            registry=r)
+        self.speculation_hits_total = Counter(p + "speculation_hits_total",
+                                              "Speculative first units that became segment 0.", registry=r)
+        self.speculation_misses_total = Counter(
+            p + "speculation_misses_total", "Speculative first units aborted because the text went on.", registry=r)
         self.errors_total = Counter(p + "errors_total", "Errors reported to clients by code.", ["code"], registry=r)
         self.ws_connections = Gauge(p + "ws_connections", "Open WebSocket connections.", registry=r)
         self.ws_closes_total = Counter(p + "ws_closes_total", "WebSocket closes by close code.", ["code"],

@@ -3,7 +3,7 @@ audio, builds the stats envelope, records metrics and owns cancellation.
 
 The unit of work is a Synthesis ("context"): text stream → units → segments → ordered audio events, with
 text offsets and segment indices, reusable by the multi-context session mode. Imports engine.base (never a
-concrete engine), text, audio, metrics, protocol; never torch, never Starlette.
+concrete engine), text, audio, metrics, protocol, omnivoice_text; never torch, never Starlette.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from realtime_tts.engine.base import (
 from realtime_tts.engine.pool import EnginePool
 from realtime_tts.errors import BadRequest, NotFound, TTSError
 from realtime_tts.metrics import Metrics
+from realtime_tts.omnivoice_text import FRAME_RATE_HZ, target_frames
 from realtime_tts.protocol import Params, SpeechRequest
 from realtime_tts.text import SentenceBuffer, Unit, normalize_space, split_text, text_length
 
@@ -50,11 +51,36 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # Texts longer than this are cut into units on a thread: split_text takes ~1 ms per 2,000 characters here but
 # grows faster than linearly (~11 ms at 8,000, ~26 ms at 20,000), too long to hold the event loop.
 _SPLIT_INLINE_CHARS = 2_000
+# Assumed time from a response's first segment starting to its first audio: issue 5's p95 first-audio target
+# under load (an idle engine is faster; under load is when deadlines rank anything).
+_FIRST_AUDIO_S = 0.3
+# Speech per spoken token (text_length) for engines without a length rule. The CPU voice measured 0.32–0.46 s per
+# word on 3–11 word English sentences; the low end keeps the estimated deadlines early rather than late.
+_SECONDS_PER_TOKEN = 0.3
 
 
 def speakable(text: str) -> bool:
     """Has something a voice can say: a letter or a digit (only punctuation, symbols or emoji: nothing)."""
     return any(ch.isalnum() for ch in text)
+
+
+def estimate_audio_s(text: str, *, engine: str, speed: float = 1.0, prompt: VoicePrompt | None = None,
+                     duration_s: float | None = None) -> float:
+    """Seconds of audio a unit of text will become, from the text alone (pure Python, no model).
+
+    OmniVoice: its own length rule (omnivoice_text.target_frames, at the clone reference's pace when there is
+    one), which is the length it generates. Other engines: _SECONDS_PER_TOKEN per spoken token (words; CJK
+    characters) over speed, a language-agnostic rough figure. A fixed duration_s wins. Text with nothing to
+    say is 0 s. Pacing gaps between segments are not counted (they only add slack).
+    """
+    if duration_s is not None:
+        return duration_s
+    if not speakable(text):
+        return 0.0
+    if engine == "omnivoice":
+        ref_text, ref_frames = (prompt.ref_text, prompt.num_frames) if prompt is not None else (None, None)
+        return target_frames(text, ref_text, ref_frames, speed=speed) / FRAME_RATE_HZ
+    return max(1, text_length(text)) * _SECONDS_PER_TOKEN / speed
 
 
 # -- events a Synthesis yields, in order ---------------------------------------------------------------------
@@ -128,6 +154,14 @@ class Synthesis:
 
     Use as `async with service.open(...) as synth:`; leaving the block aborts every engine request still
     running and records the request's metrics exactly once.
+
+    Speculative first unit (incremental text only): while the turn's first unit is undecided and the text so far
+    ends where it would end if the next word starts a new sentence (SentenceBuffer.peek_first_unit), that unit's
+    engine request starts at once, privately (not a segment yet). The next text either confirms it (the buffer
+    emits the same unit: the running request becomes segment 0) or contradicts it (abort; the real unit goes
+    the normal way). If its audio arrives before any more text, the turn is cut there (buffer flush) and the
+    audio goes out: first audio never waits for the next word, at the price of a sentence split in two when the
+    text later turns out to go on ("that." ... "in five minutes"): still every word once, in order.
     """
 
     def __init__(self, service: Service, engine: Engine, params: Params, *, endpoint: str, incremental: bool,
@@ -160,6 +194,15 @@ class Synthesis:
         self.cancel_stage: str | None = None
         self.error: TTSError | None = None
         self._duration_share: dict[int, float] = {}
+        # speculative first unit (see the class docstring)
+        self._first_unit_out = False  # the turn's first unit has been emitted (then nothing is speculated)
+        self._spec: _Segment | None = None  # running, private: its unit is not confirmed yet
+        self._adopted: _Segment | None = None  # confirmed: becomes segment 0 when the producer gets there
+        self._dropped: list[asyncio.Task[None]] = []  # aborted speculations, awaited on exit
+        self._num_speculations = 0
+        # estimated deadlines of later segments before first audio
+        self._first_due: float | None = None  # time.monotonic() the first audio is expected by
+        self._planned_audio_s = 0.0  # estimated audio of the segments created so far
         # stats
         self.num_chars = 0
         self.t_start = time.perf_counter()
@@ -222,6 +265,7 @@ class Synthesis:
             return
         self._note_text(len(chunk))
         self._put_units(self._buffer.feed(chunk))
+        self._speculate()
 
     def flush(self) -> None:
         if self._buffer is not None and not self._ended:
@@ -247,7 +291,59 @@ class Synthesis:
     def _put_units(self, units: list[Unit]) -> None:
         for u in units:
             if u.text.strip():
+                if not self._first_unit_out:
+                    self._first_unit_out = True
+                    self._settle_speculation(u)
                 self._units.put_nowait(u)
+
+    # -- speculative first unit ------------------------------------------------------------------------------
+
+    def _speculate(self) -> None:
+        """After text arrived without emitting the first unit: start, keep or drop the speculative request."""
+        if self._first_unit_out or self._cancelled or self._buffer is None:
+            return
+        candidate = self._buffer.peek_first_unit()
+        spec = self._spec
+        if spec is not None:
+            if candidate == spec.unit:
+                return  # e.g. trailing whitespace arrived: still undecided
+            self._drop_speculation(miss=True)  # the text went on past it: that unit will never be emitted
+        if candidate is None or not speakable(candidate.text):
+            return
+        self._num_speculations += 1
+        # Its own request id: an aborted speculation may still be in an engine when the real segment 0 arrives.
+        request = self._segment_request(0, candidate, request_id=f"{self.id}-0s{self._num_speculations}")
+        spec = self._spec = _Segment(0, candidate, request, asyncio.Queue())
+        self._first_due = time.monotonic() + _FIRST_AUDIO_S
+        spec.task = asyncio.create_task(self._generate(spec), name=f"synth-{self.id}-spec{self._num_speculations}")
+        self._service.metrics.speculations_total.inc()
+
+    def _settle_speculation(self, first: Unit) -> None:
+        """The buffer emitted the turn's first unit: adopt the speculation if it is that very unit, else drop it."""
+        spec = self._spec
+        if spec is None:
+            return
+        if spec.unit == first:
+            self._spec, self._adopted = None, spec
+            self._service.metrics.speculation_hits_total.inc()
+        else:
+            self._drop_speculation(miss=True)
+
+    def _drop_speculation(self, *, miss: bool) -> None:
+        spec, self._spec = self._spec, None
+        if spec is None:
+            return
+        if spec.task is not None:
+            spec.task.cancel()  # _generate's finally aborts the engine request
+            self._dropped.append(spec.task)
+        if miss:
+            self._service.metrics.speculation_misses_total.inc()
+
+    def _confirm_by_audio(self, seg: _Segment) -> None:
+        """The speculation has audio and no text contradicted it yet: cut the turn there (flush emits exactly
+        that unit) so the audio goes out now instead of after the next word."""
+        if seg is self._spec and self._buffer is not None and not self._ended and not self._cancelled:
+            self._put_units(self._buffer.flush())
 
     # -- audio out -----------------------------------------------------------------------------------------
 
@@ -319,17 +415,29 @@ class Synthesis:
             await self._lookahead.acquire()
             if self._cancelled:
                 return
-            seg = _Segment(index, unit, self._segment_request(index, unit), asyncio.Queue())
-            if speakable(unit.text):
-                seg.task = asyncio.create_task(self._generate(seg), name=f"synth-{self.id}-seg{index}")
-            else:  # only punctuation/emoji: no engine work, but the segment (and its offsets) stays in the stream
-                seg.chunks.put_nowait(None)
-                seg.has_audio.set()
+            if index == 0 and self._adopted is not None:
+                # the speculative request, already running (maybe done): no second request. _settle_speculation
+                # adopted it for the very unit the buffer emitted first, which is this one.
+                seg, self._adopted = self._adopted, None
+            else:
+                if index == 0:
+                    self._first_due = time.monotonic() + _FIRST_AUDIO_S
+                seg = _Segment(index, unit, self._segment_request(index, unit), asyncio.Queue())
+                if speakable(unit.text):
+                    seg.task = asyncio.create_task(self._generate(seg), name=f"synth-{self.id}-seg{index}")
+                else:  # only punctuation/emoji: no engine work, but the segment (and its offsets) stays in the stream
+                    seg.chunks.put_nowait(None)
+                    seg.has_audio.set()
+            self._planned_audio_s += self._estimate_audio_s(index, unit)
             self._live[index] = seg
             self._segments.put_nowait(seg)
             previous = seg
 
-    def _segment_request(self, index: int, unit: Unit) -> SegmentRequest:
+    def _estimate_audio_s(self, index: int, unit: Unit) -> float:
+        return estimate_audio_s(unit.text, engine=self._engine.capabilities.engine, speed=self.params.speed,
+                                prompt=self._voice.prompt, duration_s=self._duration_share.get(index))
+
+    def _segment_request(self, index: int, unit: Unit, *, request_id: str | None = None) -> SegmentRequest:
         p = self.params
         priority: Priority = PRIORITY_FIRST if index == 0 else (PRIORITY_STREAM if self._streaming else PRIORITY_BULK)
         deadline = None
@@ -338,6 +446,10 @@ class Synthesis:
             now_mono = time.monotonic()
             played_s = time.perf_counter() - self._t_first_audio
             deadline = now_mono + max(0.0, self._samples_out / self.sample_rate - played_s)
+        elif index > 0 and self._streaming and self._first_due is not None:
+            # No audio out yet: playback will run dry once the expected first audio plus the estimated audio of
+            # the segments before this one has played.
+            deadline = self._first_due + self._planned_audio_s
         kwargs: dict[str, Any] = {}
         if p.num_step is not None:
             kwargs["num_step"] = p.num_step
@@ -346,7 +458,7 @@ class Synthesis:
         if p.temperature is not None:
             kwargs["temperature"] = p.temperature
         return SegmentRequest(
-            request_id=f"{self.id}-{index}", text=unit.text, voice=self._voice, language=p.language, speed=p.speed,
+            request_id=request_id or f"{self.id}-{index}", text=unit.text, voice=self._voice, language=p.language, speed=p.speed,
             duration_s=self._duration_share.get(index), top_p=p.top_p, seed=p.seed, priority=priority,
             deadline_s=deadline, **kwargs)
 
@@ -356,7 +468,9 @@ class Synthesis:
             async with contextlib.aclosing(engine.synthesize(seg.request)) as chunks:  # type: ignore[type-var]
                 async for chunk in chunks:
                     seg.chunks.put_nowait(chunk)
-                    seg.has_audio.set()
+                    if not seg.has_audio.is_set():
+                        seg.has_audio.set()
+                        self._confirm_by_audio(seg)
             seg.chunks.put_nowait(None)
         except asyncio.CancelledError:
             raise
@@ -390,7 +504,9 @@ class Synthesis:
             self._producer.cancel()
         if self._splitter is not None:
             self._splitter.cancel()
-        for seg in list(self._live.values()):
+        self._drop_speculation(miss=False)
+        adopted, self._adopted = self._adopted, None
+        for seg in [*self._live.values(), *([adopted] if adopted is not None else [])]:
             if seg.task is not None:
                 seg.task.cancel()
             seg.chunks.put_nowait(_CANCELLED)
@@ -401,8 +517,8 @@ class Synthesis:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        tasks = [s.task for s in self._live.values() if s.task is not None]
-        tasks += [t for t in (self._producer, self._splitter) if t is not None]
+        tasks = [s.task for s in (*self._live.values(), self._spec, self._adopted) if s is not None and s.task is not None]
+        tasks += [t for t in (self._producer, self._splitter) if t is not None] + self._dropped
         self._abort_all()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -9,7 +9,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from realtime_tts.text import SentenceBuffer, Unit, budget_length, normalize_space, split_text
-from realtime_tts.text.punctuation import CLAUSE, CLOSERS, ELLIPSIS, SPACED_CLAUSE, SPACED_TERMINATORS, TERMINATORS
+from realtime_tts.text.punctuation import (
+    CLAUSE,
+    CLOSERS,
+    ELLIPSIS,
+    SPACED_CLAUSE,
+    SPACED_TERMINATORS,
+    TERMINATORS,
+)
 from realtime_tts.text.script import is_continuation
 
 # Longer hunts: TEXT_EXAMPLES_SCALE=10 .venv/bin/python -m pytest tests/text/test_text_properties.py

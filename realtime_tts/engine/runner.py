@@ -23,8 +23,10 @@ from realtime_tts.model.network import OmniVoiceModel
 log = logging.getLogger("realtime_tts.runner")
 
 # Default ladders. Tokens: a 6 s design item is ~330 tokens (cond ~180 + uncond 150), clone ~490.
-# Above 4096 tokens the ladder steps by 2048 (≤ ~10% padding in the GEMMs where batches are large).
-TOKEN_BUCKETS = (256, 512, 1024, 2048, 3072, 4096) + tuple(range(6144, 65536 + 1, 2048))
+# 4096–16384 (serving steps; the worker captures these at start-up) by 2048, above (bulk batches, captured on
+# first use) by 1024: ≤ ~6% padding in the GEMMs of a large batch.
+TOKEN_BUCKETS = ((256, 512, 1024, 2048, 3072, 4096) + tuple(range(6144, 16384 + 1, 2048))
+                 + tuple(range(17408, 65536 + 1, 1024)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 FRAME_QUANTUM = 32  # Tmax is padded to a multiple of this many frames (1.28 s)
 
@@ -314,13 +316,12 @@ class StepRunner:
         return BucketKey(num_tokens, num_b, frames)
 
     def _slot_ids(self, states: list[ItemState], width: int) -> torch.Tensor:
-        """The slots of states padded with the empty slot to `width`, as a device tensor (async copy)."""
+        """The slots of states padded with the empty slot to `width`: a host tensor, pinned on CUDA so that
+        copying it to the device does not wait for the GPU."""
         ids = [s.slot if s.slot is not None else self.table.empty for s in states]
         ids += [self.table.empty] * (width - len(states))
         host = torch.tensor(ids, dtype=torch.long)
-        if self.model.device.type == "cuda":
-            return host.pin_memory().to(self.model.device, non_blocking=True)
-        return host
+        return host.pin_memory() if self.model.device.type == "cuda" else host
 
     @torch.inference_mode()
     def step(self, states: list[ItemState]) -> None:
@@ -337,7 +338,7 @@ class StepRunner:
             assert isinstance(key, BucketKey)
             loaded = tuple(s.slot for s in live)
             if graph.loaded != loaded:
-                graph.slots.copy_(self._slot_ids(live, key.batch))
+                graph.slots.copy_(self._slot_ids(live, key.batch), non_blocking=True)
                 graph.loaded = loaded
             graph.graph.replay()
             self.stats.graph_hits += 1
@@ -356,7 +357,8 @@ class StepRunner:
         num_tokens = sum(s.item.num_tokens for s in live)
         frames = max(s.item.num_frames for s in live)
         sampling = any(s.item.params.class_temperature > 0 for s in live)
-        self._advance(self._slot_ids(live, len(live)), BucketKey(num_tokens, len(live), frames),
+        slots = self._slot_ids(live, len(live)).to(self.model.device, non_blocking=True)
+        self._advance(slots, BucketKey(num_tokens, len(live), frames),
                       max(s.item.cond_len for s in live), sampling)
 
     def run(self, items: list[Any]) -> list[torch.Tensor]:
@@ -378,7 +380,7 @@ class StepRunner:
             return None
         assert isinstance(key, BucketKey)
         self._admit(states)
-        graph.slots.copy_(self._slot_ids(states, key.batch))
+        graph.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
         graph.loaded = tuple(s.slot for s in states)
         num_steps = max(len(it.reveal) for it in items)
         for _ in range(num_steps):

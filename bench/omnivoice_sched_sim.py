@@ -59,10 +59,13 @@ def table_ms(tokens: float) -> float:
     return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
 
 
+BUCKETS = list(TOKEN_BUCKETS)  # --bucket-step replaces it (what finer graph buckets would give)
+
+
 def bucket(tokens: int) -> int:
     """The CUDA-graph token bucket a step of this many tokens replays (runner.bucket_for: room for one more)."""
-    i = bisect.bisect_left(TOKEN_BUCKETS, tokens + 1)
-    return TOKEN_BUCKETS[i] if i < len(TOKEN_BUCKETS) else tokens
+    i = bisect.bisect_left(BUCKETS, tokens + 1)
+    return BUCKETS[i] if i < len(BUCKETS) else tokens
 
 
 def engine_ms(tokens: int) -> float:
@@ -74,7 +77,7 @@ def calibration(host_ms: float) -> tuple[tuple[int, float], ...]:
     fixed host guess per step (the per-item host part is left out on purpose: the model is not exact)."""
     points: list[tuple[int, float]] = []
     lo = 0
-    for b in TOKEN_BUCKETS:
+    for b in BUCKETS:
         t = (table_ms(b) + host_ms) / 1000.0
         points += [(lo, t), (b - 1, t)]
         lo = b
@@ -188,14 +191,15 @@ def sim_load(make: Callable[[list[float]], Scheduler], host: Host, num: int = 10
 
 
 def sim_agents(make: Callable[[list[float]], Scheduler], host: Host, n: int, words_per_s: float = 30.0,
-               later_deadline: str = "none", engine_scale: float = 1.0) -> dict[str, float]:
+               later_deadline: str = "today", engine_scale: float = 1.0, sentences: int = 3) -> dict[str, float]:
     clock = [0.0]
     sim = Sim(make(clock), clock, host, engine_scale)
+    num_sentences = sentences
 
     class Agent:
         def __init__(self, a: int) -> None:
             self.a, start = a, a / n  # agents start spread over one second
-            sentences = REPLIES[a % len(REPLIES)]
+            sentences = REPLIES[a % len(REPLIES)][:num_sentences]
             self.ready: list[float] = []  # the time each sentence's last word is sent
             words = 0
             for s in sentences:
@@ -209,10 +213,13 @@ def sim_agents(make: Callable[[list[float]], Scheduler], host: Host, n: int, wor
         def deadline(self, k: int, t: float) -> float | None:
             if k == 0:
                 return None
-            if self.sent[0] is not None and self.sent[0] <= t:  # service._segment_request
+            first = self.sent[0] if self.sent[0] is not None and self.sent[0] <= t else None
+            if later_deadline == "full":  # first audio (or its target), then all the audio before this one
+                return (first if first is not None else self.ready[0] + 0.3) + sum(self.dur[:k])
+            if first is not None:  # service._segment_request: when the audio sent so far runs dry
                 out = sum(d for d, s in zip(self.dur, self.sent) if s is not None and s <= t)
-                return t + max(0.0, out - (t - self.sent[0]))
-            if later_deadline == "estimate":  # first audio at its target, then the audio before this one
+                return t + max(0.0, out - (t - first))
+            if later_deadline == "planned":  # before first audio: its target, then the audio before this one
                 return self.ready[0] + 0.3 + sum(self.dur[:k])
             return None
 
@@ -259,14 +266,16 @@ def sim_agents(make: Callable[[list[float]], Scheduler], host: Host, n: int, wor
 # (row, Scheduler keyword arguments): one change at a time from the policy the worker runs today
 def policies(model: tuple[tuple[int, float], ...], first_s: float) -> list[tuple[str, dict[str, Any]]]:
     now = {"latency_batch_tokens": 4096, "admit_interval_s": 0.03}
-    dl = {"step_model": model, "first_deadline_s": first_s}
+    dl = {"step_model": model, "first_deadline_s": first_s, "latency_batch_tokens": 4096}
     return [
-        ("classes + 2 s aging, latency budget 4096, admit 30 ms (today)", now),
-        ("today, admit 0", {**now, "admit_interval_s": 0.0}),
-        ("deadline policy (slack order + step budget), latency 4096, admit 30 ms",
-         {**dl, "latency_batch_tokens": 4096, "admit_interval_s": 0.03}),
-        ("deadline policy, latency 4096, admit 0", {**dl, "latency_batch_tokens": 4096}),
-        ("deadline policy, latency 2048, admit 0", {**dl, "latency_batch_tokens": 2048}),
+        ("1 today: classes + 2 s aging, latency budget 4096, admit every 30 ms", now),
+        ("2 today, admit at the next step", {**now, "admit_interval_s": 0.0}),
+        ("3 deadline policy (slack order + step budget from the model), admit every 30 ms",
+         {**dl, "admit_interval_s": 0.03}),
+        ("4 deadline policy, admit at the next step", dl),
+        ("5 = 4, busy step for urgency 2048 tokens", {**dl, "latency_batch_tokens": 2048}),
+        ("6 = 5 + demand budget (throughput by each deadline)",
+         {**dl, "latency_batch_tokens": 2048, "demand_budget": True}),
     ]
 
 
@@ -286,10 +295,20 @@ def main() -> None:
     p.add_argument("--host-scale", default="1", help="comma-separated multipliers of the host work")
     p.add_argument("--model-error", default="1",
                    help="comma-separated true/predicted engine step time ratios (the scheduler's model is off)")
-    p.add_argument("--later-deadline", choices=("none", "estimate"), default="none",
-                   help="deadline of a later segment queued before its reply's first audio (service today: none)")
+    p.add_argument("--later-deadline", choices=("today", "planned", "full"), default="today",
+                   help="deadline of a reply's later segment. today (service now): when the audio already sent "
+                        "runs dry, none before the first audio; planned: today plus an estimate before the first "
+                        "audio (first audio at 0.3 s, then the earlier segments' audio); full: first audio (or "
+                        "0.3 s) + the estimated audio of every earlier segment, sent or still generating")
     p.add_argument("--only", default="", help="comma-separated row numbers (1-based) of the policy table")
+    p.add_argument("--bucket-step", type=int, default=0,
+                   help="token buckets every this many tokens instead of runner.TOKEN_BUCKETS (what-if)")
+    p.add_argument("--bound", action="store_true",
+                   help="add a row per N: the agents' first segments alone under the last policy row (no later "
+                        "segments): the first audio no policy can beat on this step model")
     args = p.parse_args()
+    if args.bucket_step:
+        BUCKETS[:] = range(args.bucket_step, 65536 + 1, args.bucket_step)
     host0 = Host()
     model = calibration(host0.step_ms + 0.3)  # fixed host work plus ~30 items' worth
     rows = policies(model, args.first_s)
@@ -311,6 +330,11 @@ def main() -> None:
                     print(f"| {name} | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['max_ms']:.0f} "
                           f"| {r['underruns']} | {r['stall_ms']:.0f} | {r['steps']} | {r['tokens_per_step']:.0f} |",
                           flush=True)
+                if args.bound:
+                    r = sim_agents(make_factory(rows[-1][1], args.max_tokens), host, n, engine_scale=err,
+                                   sentences=1)
+                    print(f"| bound: first segments alone | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / "
+                          f"{r['max_ms']:.0f} | - | - | {r['steps']} | {r['tokens_per_step']:.0f} |", flush=True)
             if args.load:
                 print(f"\n| policy | load {args.load} @ {args.rate:g}/s: p50 / p95 / p99 s | wall s | steps "
                       "| tokens/step |")

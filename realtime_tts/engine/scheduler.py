@@ -91,6 +91,22 @@ class StepTimeModel:
                 return int(x0 + (x1 - x0) * (seconds - y0) / (y1 - y0))
         return int(pts[-1][0] + (seconds - pts[-1][1]) / self._slope())
 
+    def min_tokens_for_rate(self, tokens_per_s: float, cap: int) -> int:
+        """The fewest tokens per step (≤ cap) whose steps process at least tokens_per_s; cap if none does."""
+        # On a segment y = y0 + k (x - x0): x / y ≥ r  ⇔  x (1 - r k) ≥ r (y0 - k x0)
+        for (x0, y0), (x1, y1) in pairwise((*self.points, (cap, self(cap)))):
+            if x0 >= cap:
+                break
+            k = (y1 - y0) / (x1 - x0) if x1 > x0 else 0.0
+            lo, hi = max(x0, 1), min(x1, cap)
+            if hi / self(hi) < tokens_per_s:
+                continue
+            if lo / self(lo) >= tokens_per_s:
+                return lo
+            x = tokens_per_s * (y0 - k * x0) / (1 - tokens_per_s * k)  # 1 - r k > 0 here: the ratio rises
+            return min(hi, max(lo, math.ceil(x)))
+        return cap
+
 
 @dataclass
 class Scheduler:
@@ -142,6 +158,10 @@ class Scheduler:
     # Deadline policy: an item is urgent once less than urgency × (its remaining steps × the step time)
     # is left before its deadline.
     urgency: float = 1.0
+    # Deadline policy: also size steps to carry the work due by each deadline in time (bench/
+    # omnivoice_sched_sim.py: no better with deadlines that tell when audio is needed, worse with the
+    # service's early ones, which it reads as overload; off).
+    demand_budget: bool = False
     clock: Callable[[], float] = time.monotonic
     _items: dict[str, _Item] = field(default_factory=dict, init=False)
     _cancelled: list[str] = field(default_factory=list, init=False)
@@ -280,6 +300,8 @@ class Scheduler:
                   if deadline - now <= self.urgency * remaining * busy_s}
         budget = min(self.max_batch_tokens, max(fit, sum(it.num_tokens for it, _, _ in live
                                                          if it.request_id in urgent)))
+        if self.demand_budget:
+            budget = max(budget, self._demand_tokens(live, now, model))
         # Tokens the step takes at no extra predicted time (the rest of its CUDA-graph bucket) are free filler.
         budget = max(1, min(self.max_batch_tokens, max(budget, model.max_tokens_within(model(budget)))))
         step_s = model(budget)
@@ -292,6 +314,18 @@ class Scheduler:
             return (0 if item.request_id in urgent else 1, slack, item.seq)
 
         return sorted(self._items.values(), key=key), budget
+
+    def _demand_tokens(self, live: list[tuple[_Item, float, int]], now: float, model: StepTimeModel) -> int:
+        """Throughput: by each deadline, the work of every item due by then (tokens × remaining steps) must be
+        done, so steps must carry at least max over deadlines of (that work / time left) tokens per second. A
+        deadline already out of reach counts its work (it runs) but not its window (nothing makes it)."""
+        work = 0.0
+        rate = 0.0
+        for it, deadline, remaining in sorted(live, key=lambda e: e[1]):
+            work += it.num_tokens * remaining
+            if deadline - now >= remaining * model(it.num_tokens):
+                rate = max(rate, work / (deadline - now))
+        return model.min_tokens_for_rate(rate, self.max_batch_tokens) if rate > 0 else 1
 
     def budget(self, order: list[_Item], now: float) -> int:
         """Token budget of the next step under the class policy, given the live items in schedule order."""

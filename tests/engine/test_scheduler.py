@@ -484,3 +484,28 @@ def test_deadline_policy_backlog_drains_at_full_throughput() -> None:
         run_step(s, clock)
         steps += 1
     assert steps == 8
+
+
+def test_min_tokens_for_rate() -> None:
+    m = StepTimeModel(LINEAR)  # x tokens take 1 ms + x/100 ms: x / t rises towards 100k tokens/s
+    assert m.min_tokens_for_rate(50_000, 5000) == 100  # 100 tokens in 2 ms
+    assert m.min_tokens_for_rate(90_000, 5000) == 900  # 900 tokens in 10 ms
+    assert m.min_tokens_for_rate(99_000, 5000) == 5000  # out of reach below the cap: the cap
+    for r in (1_000, 20_000, 75_000, 95_000):
+        b = m.min_tokens_for_rate(r, 50_000)
+        assert b / m(b) >= r * (1 - 1e-9) and (b == 1 or (b - 1) / m(b - 1) < r)
+
+
+def test_demand_budget_runs_slack_rich_work_early_enough() -> None:
+    # 30 items of 100 tokens × 20 steps, all due in 0.3 s: 60k token-steps in 0.3 s is more than this device
+    # can carry (< 100k tokens/s), so the demand budget holds all 30 in every step (the cap). Without it, τ
+    # (0.3 s / 20 steps = 15 ms → 1400 tokens) runs 14 and the rest wait: none is urgent yet against a busy
+    # step of 200 tokens (20 × 3 ms ≪ 0.3 s).
+    clock = Clock()
+    without, with_demand = (Scheduler(max_batch_tokens=10_000, latency_batch_tokens=200, step_model=LINEAR,
+                                      deadline_margin_s=0.0, demand_budget=d, clock=clock) for d in (False, True))
+    for s in (without, with_demand):
+        for i in range(30):
+            s.add(f"r{i}", num_tokens=100, num_steps=20, priority=PRIORITY_STREAM, deadline_s=clock.now + 0.3)
+    assert len(with_demand.schedule().batch) == 30
+    assert len(without.schedule().batch) < 30

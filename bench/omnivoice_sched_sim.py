@@ -291,7 +291,7 @@ def main() -> None:
     p.add_argument("--load", type=int, default=1000)
     p.add_argument("--rate", type=float, default=100.0)
     p.add_argument("--max-tokens", type=int, default=16384)
-    p.add_argument("--first-s", type=float, default=0.25, help="scheduler first_deadline_s (deadline policy)")
+    p.add_argument("--first-s", type=float, default=0.1, help="scheduler first_deadline_s (deadline policy)")
     p.add_argument("--host-scale", default="1", help="comma-separated multipliers of the host work")
     p.add_argument("--model-error", default="1",
                    help="comma-separated true/predicted engine step time ratios (the scheduler's model is off)")

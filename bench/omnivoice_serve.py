@@ -4,6 +4,9 @@
   WS /v1/stream/text and "playing" the audio in real time → p50/p95 first audio (from the first text sent)
   and underruns (the player ran dry mid-reply) per N. N=1 is the idle-server first-audio figure.
 - load: K short /v1/audio/speech requests offered at R req/s → served, p50/p95/p99 latency.
+- server side, per run: what the server's /metrics counted during it (steps run, step seconds: mean and
+  percentiles read off the histogram, mean batch items per segment, CUDA-graph hits/misses), so a GPU run
+  tells where the time went. Tokens per step are not among the metrics.
 
 Starts `realtime-tts serve --model CKPT` itself (or uses --url), prints tables, writes
 OUT/<name>.md (command, machine, versions, date).
@@ -144,6 +147,71 @@ async def agent(url: str, index: int, words_per_s: float, params: dict[str, Any]
     return out
 
 
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The server's /metrics as {(sample name, labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
+            for fam in text_string_to_metric_families(text) for smp in fam.samples}
+
+
+def hist_quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """q-quantile from cumulative histogram buckets [(le, count)], linear within the bucket (Prometheus'
+    histogram_quantile); nan when empty, the last finite bound when it falls in +Inf."""
+    total = buckets[-1][1] if buckets else 0.0
+    if total <= 0:
+        return float("nan")
+    rank = q * total
+    prev_le, prev_n = 0.0, 0.0
+    for le, n in buckets:
+        if n >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * (rank - prev_n) / max(n - prev_n, 1e-12)
+        prev_le, prev_n = le, n
+    return prev_le
+
+
+def server_delta(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+                 after: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
+    """What the server counted between two scrapes (counters and histograms only grow)."""
+    def d(name: str, labels: tuple[tuple[str, str], ...] = ()) -> float:
+        return after.get((name, labels), 0.0) - before.get((name, labels), 0.0)
+
+    p = "realtime_tts_"
+    steps = d(p + "step_seconds_count")
+    buckets = sorted((float(dict(lb)["le"]), after[(n, lb)] - before.get((n, lb), 0.0))
+                     for (n, lb) in after if n == p + "step_seconds_bucket")
+    segments = d(p + "batch_size_count")
+    return {"steps": steps, "step_mean_ms": 1000.0 * d(p + "step_seconds_sum") / steps if steps else float("nan"),
+            "step_p50_ms": 1000.0 * hist_quantile(buckets, 0.5), "step_p95_ms": 1000.0 * hist_quantile(buckets, 0.95),
+            "step_busy_s": d(p + "step_seconds_sum"), "segments": segments,
+            "batch_items_mean": d(p + "batch_size_sum") / segments if segments else float("nan"),
+            "graph_hits": d(p + "cuda_graph_hits_total"), "graph_misses": d(p + "cuda_graph_misses_total")}
+
+
+def measured(url: str, run: Any) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run one table row between two /metrics scrapes → (row, server-side figures of that run)."""
+    before = scrape(url)
+    row = asyncio.run(run)
+    time.sleep(0.6)  # workers report step times every 0.25 s: let the last report land
+    return row, server_delta(before, scrape(url))
+
+
+def server_table(rows: list[tuple[str, dict[str, float]]]) -> list[str]:
+    lines = ["", ("Server side (the server's /metrics, difference over each run; step seconds as the worker times "
+                  "`backend.step`; percentiles interpolated in the histogram's buckets; batch items: mean over "
+                  "segments of each segment's mean batch size):"), "",
+             "| run | steps | step mean / p50 / p95 ms | busy s | segments | batch items | CUDA graph hits / misses |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r['steps']:.0f} | {r['step_mean_ms']:.2f} / {r['step_p50_ms']:.2f} / "
+                     f"{r['step_p95_ms']:.2f} | {r['step_busy_s']:.2f} | {r['segments']:.0f} | "
+                     f"{r['batch_items_mean']:.1f} | {r['graph_hits']:.0f} / {r['graph_misses']:.0f} |")
+    return lines
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -257,16 +325,19 @@ def main() -> None:
     ws_url = url.replace("http", "ws", 1)
     params = {"num_step": args.num_step}
     agent_rows: list[dict[str, Any]] = []
+    agent_server: list[tuple[str, dict[str, float]]] = []
     load_row: dict[str, Any] | None = None
+    load_server: dict[str, float] | None = None
     try:
         asyncio.run(run_agents(ws_url, 1, args.words_per_s, params))  # warm-up: first-use costs
         for n in [int(x) for x in args.agents.split(",") if x]:
-            row = asyncio.run(run_agents(ws_url, n, args.words_per_s, params))
+            row, server = measured(url, run_agents(ws_url, n, args.words_per_s, params))
             agent_rows.append(row)
-            print("agents", json.dumps(row), flush=True)
+            agent_server.append((f"{n} agents", server))
+            print("agents", json.dumps(row), "server", json.dumps(server), flush=True)
         if args.load:
-            load_row = asyncio.run(run_load(url, args.load, args.rate, params))
-            print("load", json.dumps(load_row), flush=True)
+            load_row, load_server = measured(url, run_load(url, args.load, args.rate, params))
+            print("load", json.dumps(load_row), "server", json.dumps(load_server), flush=True)
         health = httpx.get(url + "/health", timeout=10).json()
     finally:
         if proc is not None:
@@ -292,12 +363,16 @@ def main() -> None:
         lines.append(f"| {r['agents']} | {r['ok']} | {r['p50_first_audio_ms']:.0f} / {r['p95_first_audio_ms']:.0f} "
                      f"| {r['p50_after_clause_ms']:.0f} / {r['p95_after_clause_ms']:.0f} "
                      f"| {r['underruns']} | {r['agents_with_underrun']} | {r['stall_ms_total']:.0f} |")
+    if agent_server:
+        lines += server_table(agent_server)
     if load_row:
         lines += ["", (f"## Load: {load_row['requests']} short /v1/audio/speech requests offered at "
                       f"{load_row['rate_per_s']} req/s"), "",
                   "| served | failed | p50 s | p95 s | p99 s | wall s |", "|---|---|---|---|---|---|",
                   (f"| {load_row['served']} | {load_row['failed']} | {load_row['p50_s']:.3f} | {load_row['p95_s']:.3f} "
                   f"| {load_row['p99_s']:.3f} | {load_row['wall_s']:.1f} |")]
+        if load_server is not None:
+            lines += server_table([(f"load {load_row['requests']} @ {load_row['rate_per_s']:g}/s", load_server)])
     errors = [e for r in agent_rows for e in r["errors"]] + (load_row["errors"] if load_row else [])
     if errors:
         lines += ["", "Errors (first few): " + "; ".join(errors[:5])]

@@ -123,17 +123,19 @@ class Scheduler:
       max_batch_tokens, or, while a first segment or an urgent stream segment is live, into
       max(latency_batch_tokens, tokens of all urgent items) capped at max_batch_tokens.
     - deadline policy (step_model given): every item has a deadline (its own, or arrival + the target of its
-      class) by which its last step must end. The step time τ that keeps every item that can still make it
-      on time is the least (deadline − now) / remaining steps; the budget is the most tokens the step model
-      says fit in τ, grown to hold every item that would fall behind if it sat this step out (under
-      overload everything due runs together: throughput, not a queue). Items are ordered by slack
-      (deadline − remaining steps × predicted step time), so work that can wait fills what is left.
+      class) by which its last step must end. τ, the longest step every item allows, is the least
+      (deadline − now) / remaining steps (a late item allows only a step of its own size). Urgent items,
+      whose deadline is within urgency × remaining steps × a busy step (latency_batch_tokens), all run,
+      however long that makes the step (under overload: throughput, not a queue); the rest, in slack order
+      (deadline − remaining steps × predicted step time), fill the step up to the most tokens the step
+      model says fit in τ, and up to the end of the step's token bucket, which costs nothing more.
     """
 
     max_batch_tokens: int
     # While a first segment (or a stream segment due within urgent_s) is live, steps are packed under this
     # smaller budget: fewer tokens per step → shorter steps → its 32 steps end sooner. It only cuts
     # non-urgent work: urgent items alone may fill a step up to max_batch_tokens. None = no switch.
+    # Deadline policy: the size of a busy step, against which urgency is judged (None: max_batch_tokens).
     latency_batch_tokens: int | None = None
     urgent_s: float = 0.5
     max_batch_items: int = 256
@@ -148,10 +150,12 @@ class Scheduler:
     # (or a StepTimeModel). None = the class policy above.
     step_model: StepTimeModel | tuple[tuple[int, float], ...] | None = None
     # Deadline policy: the last step of an item that came without a deadline ends this long after add(), by
-    # class (first segment: time to first audio minus decode and delivery; a stream segment queued before its
-    # response's first audio; bulk). An item's own deadline_s is moved deadline_margin_s earlier (the decode
-    # and delivery after its last step).
-    first_deadline_s: float = 0.25
+    # class (a first segment; a stream segment queued before its response's first audio; bulk). An item's
+    # own deadline_s is moved deadline_margin_s earlier (the decode and delivery after its last step). The
+    # first-segment target is a wish, not the issue's 300 ms: later work fills steps only as far as it
+    # allows, so aim low (sim: 0.1 s tracks the first segments' best at every N; 0.25 s spends the slack
+    # on later segments and holds first audio near 240 ms even at N=25).
+    first_deadline_s: float = 0.1
     stream_deadline_s: float = 1.0
     bulk_deadline_s: float = 10.0
     deadline_margin_s: float = 0.03
@@ -279,14 +283,11 @@ class Scheduler:
         assert model is not None
         live = [(it, self.deadline(it), it.num_steps - it.steps_done) for it in self._items.values()
                 if admit or it.steps_done > 0]  # those that cannot start now do not size this step
-        # The longest step every item that can still finish on time allows. An item already too late to
-        # finish on time even in a step of its own does not shrink the steps of the others: it runs in every
-        # step from now on (it is due, below), which is the best it can get.
+        # The longest step every item allows: (time left) / (steps left), and for an item already too late
+        # for that, a step of its own size: while it is late, nothing that can wait is added to its steps.
         tau = math.inf
         for it, deadline, remaining in live:
-            need = (deadline - now) / remaining
-            if need >= model(it.num_tokens):
-                tau = min(tau, need)
+            tau = min(tau, max((deadline - now) / remaining, model(it.num_tokens)))
         fit = self.max_batch_tokens if tau == math.inf else min(self.max_batch_tokens, model.max_tokens_within(tau))
         # Urgent: less than `urgency` × its remaining steps × the step time of a busy batch (a step of
         # latency_batch_tokens, else max_batch_tokens) is left. Judged against that fixed step time, not this

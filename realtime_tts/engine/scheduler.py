@@ -126,7 +126,8 @@ class Scheduler:
       class) by which its last step must end. τ, the longest step every item allows, is the least
       (deadline − now) / remaining steps (a late item allows only a step of its own size). Urgent items,
       whose deadline is within urgency × remaining steps × a busy step (latency_batch_tokens), all run,
-      however long that makes the step (under overload: throughput, not a queue); the rest, in slack order
+      however long that makes the step (under overload: throughput, not a queue), unless a smaller step
+      carries more tokens per second (a full lower CUDA-graph bucket); the rest, in slack order
       (deadline − remaining steps × predicted step time), fill the step up to the most tokens the step
       model says fit in τ, and up to the end of the step's token bucket, which costs nothing more.
     """
@@ -299,8 +300,11 @@ class Scheduler:
         busy_s = model(self.latency_batch_tokens or self.max_batch_tokens)
         urgent = {it.request_id for it, deadline, remaining in live
                   if deadline - now <= self.urgency * remaining * busy_s}
-        budget = min(self.max_batch_tokens, max(fit, sum(it.num_tokens for it, _, _ in live
-                                                         if it.request_id in urgent)))
+        urgent_tokens = sum(it.num_tokens for it, _, _ in live if it.request_id in urgent)
+        budget = min(self.max_batch_tokens, max(fit, urgent_tokens))
+        if urgent_tokens > fit:
+            budget = self._fullest_step(model, budget, max(fit, min(it.num_tokens for it, _, _ in live
+                                                                   if it.request_id in urgent)))
         if self.demand_budget:
             budget = max(budget, self._demand_tokens(live, now, model))
         # Tokens the step takes at no extra predicted time (the rest of its CUDA-graph bucket) are free filler.
@@ -315,6 +319,18 @@ class Scheduler:
             return (0 if item.request_id in urgent else 1, slack, item.seq)
 
         return sorted(self._items.values(), key=key), budget
+
+    @staticmethod
+    def _fullest_step(model: StepTimeModel, tokens: int, least: int) -> int:
+        """More urgent work than τ allows: the budget in [least, tokens] that carries the most tokens per second.
+        On a smooth model that is all of it; on a staircase (CUDA-graph buckets: a step costs its bucket) a
+        full lower bucket can beat a barely used higher one, and the urgent items left out run next step
+        (their slack, now the smallest, puts them first)."""
+        best, best_rate = tokens, tokens / model(tokens)
+        for x, _ in model.points:
+            if least <= x < tokens and x / model(x) > best_rate:
+                best, best_rate = x, x / model(x)
+        return best
 
     def _demand_tokens(self, live: list[tuple[_Item, float, int]], now: float, model: StepTimeModel) -> int:
         """Throughput: by each deadline, the work of every item due by then (tokens × remaining steps) must be

@@ -509,3 +509,24 @@ def test_demand_budget_runs_slack_rich_work_early_enough() -> None:
             s.add(f"r{i}", num_tokens=100, num_steps=20, priority=PRIORITY_STREAM, deadline_s=clock.now + 0.3)
     assert len(with_demand.schedule().batch) == 30
     assert len(without.schedule().batch) < 30
+
+
+def test_a_full_lower_bucket_beats_a_barely_used_higher_one() -> None:
+    # A staircase model (a step costs its CUDA-graph bucket): 11 urgent items of 100 tokens. All 11 need the
+    # 2048 bucket (4 ms: 275k tokens/s); 10 fill the 1024 bucket (2 ms: 500k tokens/s). The step takes 10 and
+    # the one left out runs first in the next step, so no item falls behind for long.
+    stairs = ((0, 0.002), (1023, 0.002), (1024, 0.004), (2047, 0.004), (2048, 0.008), (4095, 0.008))
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=4000, step_model=stairs, first_deadline_s=0.01, clock=clock)
+    for i in range(11):
+        s.add(f"r{i}", num_tokens=100, num_steps=8, priority=PRIORITY_FIRST)
+    plan, _ = run_step(s, clock, dt=0.002)
+    assert len(plan.batch) == 10 and plan.num_tokens == 1000 and plan.budget == 1023
+    left_out = ({f"r{i}" for i in range(11)} - set(plan.batch)).pop()
+    plan, _ = run_step(s, clock, dt=0.002)
+    assert left_out in plan.batch and len(plan.batch) == 10
+    # a smooth model has no such step: all 11 run
+    s2 = Scheduler(max_batch_tokens=4000, step_model=LINEAR, first_deadline_s=0.01, clock=clock)
+    for i in range(11):
+        s2.add(f"r{i}", num_tokens=100, num_steps=8, priority=PRIORITY_FIRST)
+    assert len(s2.schedule().batch) == 11

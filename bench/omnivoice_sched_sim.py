@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from realtime_tts.engine.runner import TOKEN_BUCKETS
-from realtime_tts.engine.scheduler import Scheduler
+from realtime_tts.engine.scheduler import Scheduler, StepTimeModel
 from realtime_tts.omnivoice_text import estimate_frames
 
 # Engine step time on the H200 (bf16, CUDA graphs, no host work): (tokens per step, ms), 6 s design items of
@@ -75,13 +75,7 @@ def engine_ms(tokens: int) -> float:
 def calibration(host_ms: float) -> tuple[tuple[int, float], ...]:
     """What the worker would hand the scheduler: the bucket staircase of the step table in seconds, plus a
     fixed host guess per step (the per-item host part is left out on purpose: the model is not exact)."""
-    points: list[tuple[int, float]] = []
-    lo = 0
-    for b in BUCKETS:
-        t = (table_ms(b) + host_ms) / 1000.0
-        points += [(lo, t), (b - 1, t)]
-        lo = b
-    return tuple(points)
+    return StepTimeModel.from_buckets([(b, table_ms(b) / 1000.0) for b in BUCKETS], host_ms / 1000.0).points
 
 
 def item_tokens(text: str) -> tuple[int, int]:

@@ -69,6 +69,20 @@ class StepTimeModel:
         if not pts[-1][1] > pts[0][1]:
             raise ValueError(f"step_model: the last point must take longer than the first: {pts}")
 
+    @classmethod
+    def from_buckets(cls, buckets: list[tuple[int, float]] | tuple[tuple[int, float], ...],
+                     host_s: float = 0.0) -> StepTimeModel:
+        """The staircase of a runner whose steps cost their token bucket: (bucket tokens, seconds of a step in
+        it) → a step of n tokens costs the smallest bucket holding n + 1 tokens (runner.bucket_for keeps room
+        for one more), plus host_s of host work per step."""
+        points: list[tuple[int, float]] = []
+        lo = 0
+        for top, seconds in sorted(buckets):
+            if top - 1 > lo:
+                points += [(lo, seconds + host_s), (top - 1, seconds + host_s)]
+            lo = top
+        return cls(tuple(points))
+
     def __call__(self, tokens: int) -> float:
         pts = self.points
         for (x0, y0), (x1, y1) in pairwise(pts):

@@ -530,3 +530,12 @@ def test_a_full_lower_bucket_beats_a_barely_used_higher_one() -> None:
     for i in range(11):
         s2.add(f"r{i}", num_tokens=100, num_steps=8, priority=PRIORITY_FIRST)
     assert len(s2.schedule().batch) == 11
+
+
+def test_step_time_model_from_buckets() -> None:
+    m = StepTimeModel.from_buckets([(256, 0.002), (512, 0.003), (1024, 0.005)], host_s=0.001)
+    # a step of n tokens replays the smallest bucket with room for n + 1 (runner.bucket_for)
+    assert m(1) == m(255) == pytest.approx(0.003)
+    assert m(256) == m(511) == pytest.approx(0.004)
+    assert m(1023) == pytest.approx(0.006)
+    assert m.max_tokens_within(0.0045) == 511 and m.max_tokens_within(0.0035) == 255

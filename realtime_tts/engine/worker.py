@@ -189,6 +189,29 @@ class ModelBackend:
 
 
 @dataclass(slots=True)
+class _Activity:
+    """Counters of one reporting window of the step loop (logged at INFO while busy): where a worker's time
+    goes under load, without a profiler."""
+
+    since: float
+    steps: int = 0
+    items: int = 0  # sum of batch sizes
+    tokens: int = 0  # sum of tokens per step
+    step_s: float = 0.0  # host time in backend.step (includes waiting for the GPU to catch up)
+    decodes: int = 0
+    decoded: int = 0  # segments decoded
+    decode_s: float = 0.0
+
+    def line(self, now: float) -> str:
+        span = max(1e-9, now - self.since)
+        per = max(1, self.steps)
+        decode_ms = 1000 * self.decode_s / max(1, self.decodes)
+        return (f"{self.steps / span:.0f} steps/s, {self.items / per:.1f} items and {self.tokens / per:.0f} tokens "
+                f"per step, step {1000 * self.step_s / per:.2f} ms host ({100 * self.step_s / span:.0f}% of the "
+                f"loop), {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each")
+
+
+@dataclass(slots=True)
 class _Segment:
     state: Any
     submitted_s: float
@@ -254,6 +277,8 @@ class WorkerLoop:
         self._last_plan: StepPlan | None = None
         self._last_stats: ipc.Stats | None = None
         self._recent_step_ms: list[float] = []
+        self._activity = _Activity(time.monotonic())
+        self.activity_interval_s = 5.0
         # Finished segments are decoded (codec + copy to the host) and sent from this thread, so the step loop
         # does not wait for them: decoding inline cost the loop a host round trip nearly every step under load
         # (bench/omnivoice_sched_sim.py: host work per step is what separates the H200 load run from the
@@ -358,7 +383,13 @@ class WorkerLoop:
                 log.critical("device error, exiting so the worker is restarted: %s", exc)
                 raise SystemExit(3) from exc
             return
-        self._last_step_ms = (time.perf_counter() - t0) * 1000.0
+        step_s = time.perf_counter() - t0
+        self._last_step_ms = step_s * 1000.0
+        act = self._activity
+        act.steps += 1
+        act.items += len(batch)
+        act.tokens += plan.num_tokens
+        act.step_s += step_s
         if len(self._recent_step_ms) < 1024:
             self._recent_step_ms.append(self._last_step_ms)
         self._last_plan = plan
@@ -383,8 +414,13 @@ class WorkerLoop:
 
     def _decode_job(self, request_ids: list[str], segments: list[_Segment]) -> None:
         """In the decode thread: decode together, send each (send is thread-safe)."""
+        t0 = time.perf_counter()
         try:
             audio = self.backend.decode([s.state for s in segments])
+            act = self._activity
+            act.decodes += 1
+            act.decoded += len(segments)
+            act.decode_s += time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 — worker-loop edge: only these requests fail
             for request_id in request_ids:
                 self._fail(request_id, exc)
@@ -398,6 +434,10 @@ class WorkerLoop:
     def _maybe_send_stats(self) -> None:
         """At most one report per stats_interval_s, and none while idle and unchanged."""
         now = time.monotonic()
+        if now - self._activity.since >= self.activity_interval_s:
+            if self._activity.steps or self._activity.decodes:
+                log.info("worker %d: %s", self.options.worker_id, self._activity.line(now))
+            self._activity = _Activity(now)
         if now - self._last_stats_s < self.options.stats_interval_s:
             return
         s = self.scheduler.stats()

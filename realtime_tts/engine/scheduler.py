@@ -168,14 +168,14 @@ class Scheduler:
     # class (a first segment; a stream segment queued before its response's first audio; bulk). An item's
     # own deadline_s is moved deadline_margin_s earlier (the decode and delivery after its last step). The
     # first-segment target is a wish, not the issue's 300 ms: later work fills steps only as far as it
-    # allows, so aim low (sim: 0.1 s tracks the first segments' best at every N; 0.25 s spends the slack
-    # on later segments and holds first audio near 240 ms even at N=25).
+    # allows, so aim low (bench/results/omnivoice_sched_sim.md: N=25 p95 first audio 99 ms at 0.1 s, 184 ms
+    # at 0.2 s, which only spends the slack on later segments; the same from N=50 up).
     first_deadline_s: float = 0.1
     stream_deadline_s: float = 1.0
     bulk_deadline_s: float = 10.0
     deadline_margin_s: float = 0.03
-    # Deadline policy: an item is urgent once less than urgency × (its remaining steps × the step time)
-    # is left before its deadline.
+    # Deadline policy: an item is urgent once less than urgency × its remaining steps × a busy step's
+    # predicted time (latency_batch_tokens) is left before its deadline.
     urgency: float = 1.0
     # Deadline policy: also size steps to carry the work due by each deadline in time (bench/
     # omnivoice_sched_sim.py: no better with deadlines that tell when audio is needed, worse with the

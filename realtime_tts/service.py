@@ -41,7 +41,7 @@ from realtime_tts.errors import BadRequest, NotFound, TTSError
 from realtime_tts.metrics import Metrics
 from realtime_tts.omnivoice_text import FRAME_RATE_HZ, target_frames
 from realtime_tts.protocol import Params, SpeechRequest
-from realtime_tts.text import SentenceBuffer, Unit, normalize_space, split_text, text_length
+from realtime_tts.text import SentenceBuffer, Unit, normalize_space, number_may_go_on, split_text, text_length
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,8 @@ class Synthesis:
     emits the same unit: the running request becomes segment 0) or contradicts it (abort; the real unit goes
     the normal way). If its audio arrives before any more text, the turn is cut there (buffer flush) and the
     audio goes out: first audio never waits for the next word, at the price of a sentence split in two when the
-    text later turns out to go on ("that." ... "in five minutes"): still every word once, in order.
+    text later turns out to go on ("that." ... "in five minutes"): still every word once, in order. A guess
+    ending in a number ("3.") is the exception: it waits for the next text (see _confirm_by_audio).
     """
 
     def __init__(self, service: Service, engine: Engine, params: Params, *, endpoint: str, incremental: bool,
@@ -341,8 +342,11 @@ class Synthesis:
 
     def _confirm_by_audio(self, seg: _Segment) -> None:
         """The speculation has audio and no text contradicted it yet: cut the turn there (flush emits exactly
-        that unit) so the audio goes out now instead of after the next word."""
-        if seg is self._spec and self._buffer is not None and not self._ended and not self._cancelled:
+        that unit) so the audio goes out now instead of after the next word. Not after a number ("went up by
+        3."): "5" is as likely next as a new sentence, and speaking "3." alone cannot be taken back; that guess
+        waits for the next text (its engine work is done early all the same)."""
+        if (seg is self._spec and self._buffer is not None and not self._ended and not self._cancelled
+                and not number_may_go_on(seg.unit.text)):
             self._put_units(self._buffer.flush())
 
     # -- audio out -----------------------------------------------------------------------------------------

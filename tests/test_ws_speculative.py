@@ -113,6 +113,23 @@ def test_a_wrong_guess_is_aborted_and_changes_no_audio(server: Server, tokens: l
     engine_idle(server.http)
 
 
+def test_a_guess_after_a_number_waits_for_the_next_word(server: Server) -> None:
+    """ "by 3." may go on as "3.5": its audio is made early but held until the text decides."""
+    before = counters(server.http)
+    with connect(f"{server.ws}/v1/stream/text", max_size=None) as ws:
+        ws.send(json.dumps({"seed": 4}))
+        for token in ["The price went up by 3", "."]:
+            ws.send(json.dumps({"text": token}))
+        with pytest.raises(TimeoutError):
+            ws.recv(timeout=0.6)  # ~10x the time its audio takes here: held, not sent
+        ws.send(json.dumps({"text": " Then it fell again."}))
+        assert isinstance(ws.recv(timeout=30), bytes)
+        ws.send(json.dumps({"end": True}))
+        _, texts = read_to_end(ws)
+    assert texts[-1]["sentences"] == 2
+    assert delta(before, counters(server.http)) == (1, 1, 0)
+
+
 def test_flush_and_end_adopt_the_speculation(server: Server) -> None:
     for closing in ({"flush": True}, {"end": True}):
         before = counters(server.http)

@@ -261,6 +261,12 @@ def _resolve_latin(text: str, i: int, final: bool) -> tuple[int, int, int] | Non
     return e, SENTENCE, e
 
 
+def number_may_go_on(text: str) -> bool:
+    """Does text end with a digit and a "." (nothing after it)? Then the next characters make a decimal or
+    version ("3." → "3.5", "v1." → "v1.2") about as often as they end the sentence."""
+    return len(text) >= 2 and text[-1] == "." and text[-2].isdigit()
+
+
 def _day_number(text: str, dot: int) -> bool:
     """Is the word before text[dot] a 1–2 digit number ("3." in "am 3. Oktober", not "2023.")?"""
     k = dot

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from realtime_tts.errors import BadRequest
-from realtime_tts.text import SentenceBuffer, Unit, normalize_space
+from realtime_tts.text import SentenceBuffer, Unit, normalize_space, number_may_go_on
 
 
 def feed_all(buffer: SentenceBuffer, chunks: list[str]) -> list[Unit]:
@@ -132,6 +132,12 @@ def test_peek_skips_abbreviations_short_text_and_plain_words() -> None:
     buffer = SentenceBuffer()  # a clause mark counts once the first unit may cut at a clause
     buffer.feed("Of course I can help you with that one,")
     assert buffer.peek_first_unit() == Unit("Of course I can help you with that one,", 0, 39, True)
+
+
+def test_a_number_before_the_dot_may_go_on() -> None:
+    assert number_may_go_on("The price went up by 3.") and number_may_go_on("Use v1.") and number_may_go_on("2.")
+    assert not number_may_go_on("Sure, I can help with that.") and not number_may_go_on("It is 3")
+    assert not number_may_go_on("Is it 3?") and not number_may_go_on(".") and not number_may_go_on("")
 
 
 def test_bad_limits_raise_bad_request_naming_the_field() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from realtime_tts.engine.slots import SlotTable
+from realtime_tts.engine.slots import Layout, SlotTable
 from realtime_tts.model import decoding
 from realtime_tts.model.decoding import ItemState, PackedBatch
 from realtime_tts.model.network import OmniVoiceModel
@@ -157,8 +157,8 @@ class RunnerStats:
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
-    slots: torch.Tensor  # [Bb] long: the static input, the slot of each batch row (the empty slot pads)
-    loaded: tuple[int | None, ...] = ()  # the slot list last copied into `slots`
+    layout: Layout  # the static inputs: the slot of each batch row (the empty slot pads) and their layout
+    loaded: tuple[int | None, ...] = ()  # the slot list the layout was last built for
 
 
 class StepRunner:
@@ -250,11 +250,11 @@ class StepRunner:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
 
-    def _advance(self, slots: torch.Tensor, key: BucketKey, max_seqlen: int, class_sampling: bool = False) -> None:
-        """One step for the items in `slots`, packed on the device, results written back into their slots."""
-        batch = self.table.pack(slots, key.num_tokens, key.frames, max_seqlen, class_sampling)
+    def _advance(self, layout: Layout, max_seqlen: int, class_sampling: bool = False) -> None:
+        """One step for the items of a layout, packed on the device, results written back into their slots."""
+        batch = self.table.pack(layout, max_seqlen, class_sampling)
         tokens, new_step = self.forward_step(batch)
-        self.table.write_back(slots, tokens, new_step)
+        self.table.write_back(layout.slots, tokens, new_step)
 
     def check(self, item: Any) -> None:
         """Raise BadRequest when an item can never run here (longer than a slot)."""
@@ -336,10 +336,7 @@ class StepRunner:
         graph = self._graph_for(key) if self.use_graphs else None
         if graph is not None:
             assert isinstance(key, BucketKey)
-            loaded = tuple(s.slot for s in live)
-            if graph.loaded != loaded:
-                graph.slots.copy_(self._slot_ids(live, key.batch), non_blocking=True)
-                graph.loaded = loaded
+            self._load(graph, live, key)
             graph.graph.replay()
             self.stats.graph_hits += 1
         else:
@@ -352,14 +349,22 @@ class StepRunner:
         self.stats.steps += 1
         self.stats.step_s += time.perf_counter() - t0
 
+    def _load(self, graph: _Graph, states: list[ItemState], key: BucketKey) -> None:
+        """Point a graph at these states: when its slot list changes, copy the new list in and rebuild its
+        layout (eager device work, no sync); an unchanged batch replays as it is."""
+        loaded = tuple(s.slot for s in states)
+        if graph.loaded != loaded:
+            graph.layout.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
+            self.table.layout(graph.layout.slots, key.num_tokens, key.frames, out=graph.layout)
+            graph.loaded = loaded
+
     def _run_eager(self, live: list[ItemState]) -> None:
         """A step at the batch's exact size (no bucket padding), through the same device packing."""
         num_tokens = sum(s.item.num_tokens for s in live)
         frames = max(s.item.num_frames for s in live)
         sampling = any(s.item.params.class_temperature > 0 for s in live)
         slots = self._slot_ids(live, len(live)).to(self.model.device, non_blocking=True)
-        self._advance(slots, BucketKey(num_tokens, len(live), frames),
-                      max(s.item.cond_len for s in live), sampling)
+        self._advance(self.table.layout(slots, num_tokens, frames), max(s.item.cond_len for s in live), sampling)
 
     def run(self, items: list[Any]) -> list[torch.Tensor]:
         """Decode prepared items to completion together → code grids [8, T_i] on the CPU."""
@@ -380,8 +385,7 @@ class StepRunner:
             return None
         assert isinstance(key, BucketKey)
         self._admit(states)
-        graph.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
-        graph.loaded = tuple(s.slot for s in states)
+        self._load(graph, states, key)
         num_steps = max(len(it.reveal) for it in items)
         for _ in range(num_steps):
             graph.graph.replay()
@@ -486,16 +490,17 @@ class StepRunner:
         t0 = time.perf_counter()
         dev = self.model.device
         slots = torch.full((key.batch,), self.table.empty, dtype=torch.long, device=dev)
+        layout = self.table.layout(slots, key.num_tokens, key.frames)  # the graph's static inputs
         stream = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: Triton compilation, cuBLAS handles, allocator
-                self._advance(slots, key, key.num_tokens)
+                self._advance(layout, key.num_tokens)
         torch.cuda.current_stream(dev).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            self._advance(slots, key, key.num_tokens)
-        entry = _Graph(graph=graph, slots=slots)
+            self._advance(layout, key.num_tokens)
+        entry = _Graph(graph=graph, layout=layout)
         self.graphs[key] = entry
         self.stats.graphs_captured += 1
         self.stats.capture_s += time.perf_counter() - t0

@@ -5,6 +5,8 @@ re-pack when the batch changes, no host sync, graph-capturable. Worker processes
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from realtime_tts.errors import BadRequest
@@ -19,14 +21,37 @@ _INT_META = 4  # prefix_len, frames, audio_start, seed
 _FLOAT_META = 4  # guidance, layer_penalty, position_temperature, class_temperature
 
 
+@dataclass
+class Layout:
+    """Where a batch's packed tokens and target frames come from (SlotTable.layout); shapes fixed by the bucket."""
+
+    slots: torch.Tensor  # [Bb] long
+    token_slot: torch.Tensor  # [N] long: the slot each packed token reads
+    prefix_pos: torch.Tensor  # [N] long: its index in the slot's prefix (when in_prefix)
+    grid_pos: torch.Tensor  # [N] long: its frame in the slot's grid (otherwise)
+    in_prefix: torch.Tensor  # [N] bool
+    pad: torch.Tensor  # [N] bool: past the last row
+    audio_mask: torch.Tensor  # [N] bool
+    positions: torch.Tensor  # [N] long
+    cu_seqlens: torch.Tensor  # [2Bb+1] int32
+    valid: torch.Tensor  # [Bb, Tb] bool
+    cond_index: torch.Tensor  # [Bb, Tb] long
+    uncond_index: torch.Tensor  # [Bb, Tb] long
+    num_frames: torch.Tensor  # [Bb] long
+    reveal: torch.Tensor  # [Bb, W] long
+    seed: torch.Tensor  # [Bb] long
+    fmeta: torch.Tensor  # [4, Bb] float32: guidance, layer penalty, position and class temperature
+
+
 class SlotTable:
     """Device tables indexed by slot: the cond prefix and current target grid of every item in flight, its
     step index, reveal schedule and sampling parameters. The last slot is the empty item that pads a graph's
     batch rows (zero-length rows, never attended, its writes are ignored).
 
     assign() writes an item in (one pinned host→device copy, then device copies, all enqueued on the current
-    stream); pack() builds a PackedBatch for a [Bb] tensor of slots with fixed shapes; write_back() stores a
-    step's results. Slot reuse is safe without syncs: every use is stream-ordered.
+    stream); layout() maps a [Bb] tensor of slots to packed positions (when a batch changes); pack() gathers a
+    step's PackedBatch through a layout; write_back() stores a step's results. Slot reuse is safe without
+    syncs: every use is stream-ordered.
     """
 
     def __init__(self, num_slots: int, num_codebooks: int, mask_id: int, device: torch.device | str,
@@ -109,15 +134,15 @@ class SlotTable:
         """A fresh copy of a slot's grid [C, T] (long), enqueued on the current stream."""
         return self.grid[slot, :, :num_frames].long()
 
-    def pack(self, slots: torch.Tensor, num_tokens: int, frames: int, max_seqlen: int,
-             class_sampling: bool = False) -> PackedBatch:
-        """The batch of items in `slots` [Bb] (empty slot = padding row), packed into num_tokens tokens
-        (≥ their total; the rest is padding after the last row) with target grids padded to `frames`.
-        Device ops with fixed shapes only (no host sync). Rows: cond_0..cond_{Bb-1}, uncond_0..uncond_{Bb-1}."""
+    def layout(self, slots: torch.Tensor, num_tokens: int, frames: int, out: Layout | None = None) -> Layout:
+        """Where every packed token and target frame of the items in `slots` [Bb] (empty slot = padding row)
+        comes from, packed into num_tokens tokens (≥ their total; the rest is padding after the last row) with
+        target grids padded to `frames`. Depends only on the slot list, so a graph rebuilds it (into `out`,
+        its static buffers) when its batch changes, not every step. Device ops with fixed shapes (no host
+        sync). Rows: cond_0..cond_{Bb-1}, uncond_0..uncond_{Bb-1}; the empty slot's rows have length 0."""
         dev = slots.device
         num_b = slots.shape[0]
-        meta = self.meta[slots]  # [Bb, 4]
-        prefix_len, num_frames, audio_start, seed = meta.t().contiguous()  # [Bb] each
+        prefix_len, num_frames, audio_start, seed = self.meta[slots].t()  # [Bb] each
         row_lens = torch.cat([prefix_len + num_frames, num_frames])  # [2Bb]
         cu = torch.cat([row_lens.new_zeros(1), row_lens.cumsum(0)])  # [2Bb+1]
         n = torch.arange(num_tokens, device=dev)
@@ -127,30 +152,45 @@ class SlotTable:
         pos = n - cu[row]
         is_cond = row < num_b
         b = torch.where(is_cond, row, row - num_b)
-        slot_n = slots[b]
         pl_n = prefix_len[b]
-        in_prefix = is_cond & (pos < pl_n)
-        t_n = torch.where(is_cond, pos - pl_n, pos).clamp(0, self.max_frames - 1)
-        prefix_ids = self.prefix[slot_n, :, pos.clamp(max=self.max_prefix - 1)]  # [N, C]
-        grid_ids = self.grid[slot_n, :, t_n]  # [N, C]
-        ids = torch.where(in_prefix[:, None], prefix_ids, grid_ids).masked_fill(pad[:, None], 0)
-        ids = ids.t().contiguous().long()  # [C, N]
-        audio_mask = torch.where(is_cond, pos >= audio_start[b], True) & ~pad  # [N]
-        positions = pos.masked_fill(pad, 0)
         t = torch.arange(frames, device=dev)
         valid = t[None, :] < num_frames[:, None]  # [Bb, Tb]
-        # Invalid (padded) frames gather token 0: its logits are computed and never used.
-        cond_index = torch.where(valid, (cu[:num_b] + prefix_len)[:, None] + t[None, :], 0)
-        uncond_index = torch.where(valid, cu[num_b:2 * num_b][:, None] + t[None, :], 0)
-        grids = self.grid[slots, :, :frames]  # [Bb, C, Tb]
-        tokens = torch.where(valid[:, None, :], grids, self.mask_id).long()
-        fmeta = self.fmeta[slots].t().contiguous()  # [4, Bb]: each row contiguous (kernels take plain pointers)
+        fmeta = self.fmeta[slots].t()  # [4, Bb]
+        new = Layout(
+            slots=slots, token_slot=slots[b], prefix_pos=pos.clamp(max=self.max_prefix - 1),
+            grid_pos=torch.where(is_cond, pos - pl_n, pos).clamp(0, self.max_frames - 1),
+            in_prefix=is_cond & (pos < pl_n), pad=pad,
+            audio_mask=torch.where(is_cond, pos >= audio_start[b], True) & ~pad, positions=pos.masked_fill(pad, 0),
+            cu_seqlens=cu.to(torch.int32), valid=valid,
+            # Invalid (padded) frames gather token 0: its logits are computed and never used.
+            cond_index=torch.where(valid, (cu[:num_b] + prefix_len)[:, None] + t[None, :], 0),
+            uncond_index=torch.where(valid, cu[num_b:2 * num_b][:, None] + t[None, :], 0),
+            num_frames=num_frames.contiguous(), reveal=self.reveal[slots], seed=seed.contiguous(),
+            fmeta=fmeta.contiguous())  # each row contiguous: kernels take plain pointers
+        if out is None:
+            return new
+        for name in Layout.__dataclass_fields__:
+            dst = getattr(out, name)
+            if dst is not slots:
+                dst.copy_(getattr(new, name))
+        return out
+
+    def pack(self, layout: Layout, max_seqlen: int, class_sampling: bool = False) -> PackedBatch:
+        """The step's PackedBatch: the layout plus the items' current target grids and step indices, gathered
+        from the slots (a few device ops; this part runs every step)."""
+        ids = torch.where(layout.in_prefix[:, None], self.prefix[layout.token_slot, :, layout.prefix_pos],
+                          self.grid[layout.token_slot, :, layout.grid_pos])  # [N, C]
+        ids = ids.masked_fill(layout.pad[:, None], 0).t().contiguous().long()  # [C, N]
+        frames = layout.valid.shape[1]
+        grids = self.grid[layout.slots, :, :frames]  # [Bb, C, Tb]
+        tokens = torch.where(layout.valid[:, None, :], grids, self.mask_id).long()
+        fmeta = layout.fmeta
         return PackedBatch(
-            ids=ids, audio_mask=audio_mask, positions=positions, cu_seqlens=cu.to(torch.int32),
-            max_seqlen=max_seqlen, cond_index=cond_index, uncond_index=uncond_index, valid=valid,
-            flat_valid=torch.empty(0, dtype=torch.long, device=dev),  # only decoding.pack's batches write ids
-            num_frames=num_frames, tokens=tokens, step=self.step[slots], reveal=self.reveal[slots],
-            seed=seed, guidance=fmeta[0], layer_penalty=fmeta[1], position_temperature=fmeta[2],
+            ids=ids, audio_mask=layout.audio_mask, positions=layout.positions, cu_seqlens=layout.cu_seqlens,
+            max_seqlen=max_seqlen, cond_index=layout.cond_index, uncond_index=layout.uncond_index,
+            valid=layout.valid, flat_valid=layout.pad.new_empty(0, dtype=torch.long),  # decoding.pack's batches only
+            num_frames=layout.num_frames, tokens=tokens, step=self.step[layout.slots], reveal=layout.reveal,
+            seed=layout.seed, guidance=fmeta[0], layer_penalty=fmeta[1], position_temperature=fmeta[2],
             class_temperature=fmeta[3], any_class_sampling=class_sampling, items=[])
 
     def write_back(self, slots: torch.Tensor, tokens: torch.Tensor, step: torch.Tensor) -> None:

@@ -12,7 +12,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # the fused backbone's kernels run in Triton's interpreter on CPU
 
-from realtime_tts.engine.runner import BucketKey, FusedBackbone, StepRunner
+from realtime_tts.engine.runner import FusedBackbone, StepRunner
 from realtime_tts.model import DecodeParams, OmniVoiceModel, decoding, prepare
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
@@ -46,7 +46,8 @@ def test_slot_packed_batch_equals_host_packed_batch(model_fp32: OmniVoiceModel) 
     empty = runner.table.empty
     slots = torch.tensor(slots_of + [empty] * 3)  # a 6-wide bucket
     num_tokens, frames = ref.num_tokens + 200, ref.tokens.shape[2] + 32
-    got = runner.table.pack(slots, num_tokens, frames, ref.max_seqlen)
+    layout = runner.table.layout(slots, num_tokens, frames)
+    got = runner.table.pack(layout, ref.max_seqlen)
     n, num_b, t_max = ref.num_tokens, len(states), ref.tokens.shape[2]
     assert torch.equal(got.ids[:, :n], ref.ids) and (got.ids[:, n:] == 0).all()
     assert torch.equal(got.audio_mask[:n], ref.audio_mask) and not got.audio_mask[n:].any()
@@ -65,7 +66,7 @@ def test_slot_packed_batch_equals_host_packed_batch(model_fp32: OmniVoiceModel) 
         assert torch.equal(getattr(got, field)[:num_b], getattr(ref, field).to(getattr(got, field).dtype)), field
     assert torch.equal(got.reveal[:num_b, :ref.reveal.shape[1]], ref.reveal)
     # one step from the slots (padded) == the model's step on the host-packed batch
-    runner._advance(slots, BucketKey(num_tokens, 6, frames), ref.max_seqlen)
+    runner._advance(layout, ref.max_seqlen)
     decoding.step_packed(model_fp32, ref)
     for b, s in enumerate(slots_of):
         t = items[b].num_frames

@@ -63,8 +63,8 @@ BUCKETS = list(TOKEN_BUCKETS)  # --bucket-step replaces it (what finer graph buc
 
 
 def bucket(tokens: int) -> int:
-    """The CUDA-graph token bucket a step of this many tokens replays (runner.bucket_for: room for one more)."""
-    i = bisect.bisect_left(BUCKETS, tokens + 1)
+    """The CUDA-graph token bucket a step of this many tokens replays (runner.bucket_key)."""
+    i = bisect.bisect_left(BUCKETS, tokens)
     return BUCKETS[i] if i < len(BUCKETS) else tokens
 
 

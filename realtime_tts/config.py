@@ -48,7 +48,11 @@ class OmniVoiceConfig:
                                      "run dry) is generating: shorter steps, sooner first audio; 0 = off.",
                                      default=4096)
     admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (the "
-                                  "batch changes less often, fewer re-packs); 0 = at the next step.", default=30)
+                                  "batch changes less often); 0 = at the next step.", default=0)
+    scheduler_policy: str = _doc("How a GPU worker picks each step's batch: deadline (every segment gets a "
+                                 "deadline; steps sized by a step-time model measured at start-up) or class "
+                                 "(first segments, then streams, then bulk, under a token budget).",
+                                 default="deadline")
     voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
 
 
@@ -152,6 +156,8 @@ def validate(cfg: Config) -> None:
     check(cfg.omnivoice.device in ("auto", "cuda", "cpu"), f"device must be auto, cuda or cpu, got {cfg.omnivoice.device!r}")
     check(cfg.omnivoice.gpus >= 0, f"gpus must be >= 0, got {cfg.omnivoice.gpus}")
     check(cfg.omnivoice.max_batch_tokens >= 1, f"max_batch_tokens must be >= 1, got {cfg.omnivoice.max_batch_tokens}")
+    check(cfg.omnivoice.scheduler_policy in ("deadline", "class"),
+          f"scheduler_policy must be deadline or class, got {cfg.omnivoice.scheduler_policy!r}")
     check(cfg.omnivoice.admit_interval_ms >= 0, f"admit_interval_ms must be >= 0, got {cfg.omnivoice.admit_interval_ms}")
     check(cfg.omnivoice.latency_batch_tokens >= 0,
           f"latency_batch_tokens must be >= 0, got {cfg.omnivoice.latency_batch_tokens}")

@@ -73,13 +73,13 @@ class StepTimeModel:
     def from_buckets(cls, buckets: list[tuple[int, float]] | tuple[tuple[int, float], ...],
                      host_s: float = 0.0) -> StepTimeModel:
         """The staircase of a runner whose steps cost their token bucket: (bucket tokens, seconds of a step in
-        it) → a step of n tokens costs the smallest bucket holding n + 1 tokens (runner.bucket_for keeps room
-        for one more), plus host_s of host work per step."""
+        it) → a step of n tokens costs the smallest bucket holding n tokens (runner.bucket_key), plus host_s of
+        host work per step."""
         points: list[tuple[int, float]] = []
         lo = 0
         for top, seconds in sorted(buckets):
-            if top - 1 > lo:
-                points += [(lo, seconds + host_s), (top - 1, seconds + host_s)]
+            if top > lo + 1:
+                points += [(lo + 1, seconds + host_s), (top, seconds + host_s)]
             lo = top
         return cls(tuple(points))
 

@@ -24,9 +24,11 @@ import msgspec
 from realtime_tts import errors
 from realtime_tts.engine import ipc
 from realtime_tts.engine.base import VoicePrompt
-from realtime_tts.engine.scheduler import Scheduler, StepPlan
+from realtime_tts.engine.scheduler import Scheduler, StepPlan, StepTimeModel
 
 log = logging.getLogger("realtime_tts.worker")
+# The step loop's own host work per step (scheduler, bookkeeping), added to the measured step times.
+_LOOP_HOST_S = 0.0003
 
 
 class Backend(Protocol):
@@ -38,6 +40,7 @@ class Backend(Protocol):
     sample_rate: int
     max_batch_items: int  # the largest batch a step runs well (CUDA: the largest captured graph width)
     max_batch_tokens: int  # the largest step it runs well (CUDA: the largest token bucket)
+    step_points: list[tuple[int, float]] | None  # measured (tokens, seconds) of one step per size, or None
 
     def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
         """→ (state, tokens it adds to a step, number of steps). Raises errors.TTSError on bad input."""
@@ -104,6 +107,7 @@ class ModelBackend:
         else:
             self.max_batch_items, self.max_batch_tokens = 256, 1 << 30
         self._rng = random.Random()
+        self.step_points: list[tuple[int, float]] | None = None
         # Codec decodes run on their own stream (decode thread), beside the steps instead of between them.
         self._decode_stream: Any = (torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
                                     if self.model.device.type == "cuda" else None)
@@ -126,6 +130,37 @@ class ModelBackend:
             captured = self.runner.capture_startup(budget, max_seconds=capture_s, keys=keys)
             log.info("captured %d of %d serving graph buckets in %.1f s", captured, len(keys),
                      time.perf_counter() - t0)
+            self.step_points = self._time_steps(budget)
+            log.info("step times (tokens: ms): %s",
+                     ", ".join(f"{n}: {1000 * s:.2f}" for n, s in self.step_points))
+
+    def _time_steps(self, max_tokens: int, reps: int = 3) -> list[tuple[int, float]]:
+        """(token bucket, seconds of one step) on this device for every token bucket up to max_tokens, each
+        timed on a batch of real 2.4 s sentences that fills it (what the deadline scheduler plans with)."""
+        import statistics
+
+        import torch
+
+        base, item_tokens, _ = self.prepare(ipc.Submit("calibrate", "One two three four five six seven.",
+                                                       duration_s=2.4, seed=0))
+        points = []
+        for bucket in self.runner.token_buckets:
+            if bucket > max_tokens:
+                break
+            num = min(self.max_batch_items, max(1, bucket // item_tokens))
+            states = [self._ov.ItemState.start(base.item) for _ in range(num)]
+            self.runner.step(states)  # lays the batch out (captures its graph if start-up did not)
+            times = []
+            for _ in range(reps):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                self.runner.step(states)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            for s in states:
+                self.runner.release(s)
+            points.append((bucket, statistics.median(times)))
+        return points
 
     def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
         ov = self._ov
@@ -267,9 +302,15 @@ class WorkerLoop:
         self.send = send
         # The configured budget, but never past what the runner has graphs for (bigger steps run eagerly).
         budget = min(options.max_batch_tokens, backend.max_batch_tokens)
+        points = getattr(backend, "step_points", None)
+        # The deadline policy plans with the device's measured step times (CUDA warm-up); without them (CPU)
+        # the class policy runs.
+        step_model = StepTimeModel.from_buckets(points, host_s=_LOOP_HOST_S) \
+            if options.policy == "deadline" and points else None
         self.scheduler = Scheduler(max_batch_tokens=budget, max_batch_items=backend.max_batch_items,
                                    latency_batch_tokens=min(options.latency_batch_tokens, budget) or None,
-                                   admit_interval_s=options.admit_interval_s, max_active=options.max_active)
+                                   admit_interval_s=options.admit_interval_s, max_active=options.max_active,
+                                   step_model=step_model)
         self.segments: dict[str, _Segment] = {}
         self.running = True
         self._last_stats_s = 0.0

@@ -534,8 +534,8 @@ def test_a_full_lower_bucket_beats_a_barely_used_higher_one() -> None:
 
 def test_step_time_model_from_buckets() -> None:
     m = StepTimeModel.from_buckets([(256, 0.002), (512, 0.003), (1024, 0.005)], host_s=0.001)
-    # a step of n tokens replays the smallest bucket with room for n + 1 (runner.bucket_for)
-    assert m(1) == m(255) == pytest.approx(0.003)
-    assert m(256) == m(511) == pytest.approx(0.004)
-    assert m(1023) == pytest.approx(0.006)
-    assert m.max_tokens_within(0.0045) == 511 and m.max_tokens_within(0.0035) == 255
+    # a step of n tokens replays the smallest bucket holding n (runner.bucket_key)
+    assert m(1) == m(256) == pytest.approx(0.003)
+    assert m(257) == m(512) == pytest.approx(0.004)
+    assert m(1024) == pytest.approx(0.006)
+    assert m.max_tokens_within(0.0045) == 512 and m.max_tokens_within(0.0035) == 256

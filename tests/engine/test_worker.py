@@ -224,3 +224,19 @@ def test_busy_loop_logs_where_its_time_goes(backend: ModelBackend, caplog: pytes
     lines = [r.getMessage() for r in caplog.records if "steps/s" in r.getMessage()]
     assert lines, "no activity report"
     assert any(" 1.0 items" in line for line in lines) and any("decodes of 1 segments" in line for line in lines)
+
+
+def test_deadline_policy_plans_with_measured_step_times(backend: ModelBackend) -> None:
+    """On CUDA the warm-up times one step per token bucket and the loop's scheduler plans with them; on the
+    CPU there is no measurement and the class policy runs."""
+    h = Harness(backend)
+    try:
+        if backend.device.startswith("cuda"):
+            points = backend.step_points
+            assert points and [n for n, _ in points] == sorted(n for n, _ in points)
+            assert all(s > 0 for _, s in points) and points[-1][1] > points[0][1]
+            assert h.loop.scheduler.step_model is not None
+        else:
+            assert backend.step_points is None and h.loop.scheduler.step_model is None
+    finally:
+        h.close()

@@ -23,10 +23,12 @@ from realtime_tts.model.network import OmniVoiceModel
 log = logging.getLogger("realtime_tts.runner")
 
 # Default ladders. Tokens: a 6 s design item is ~330 tokens (cond ~180 + uncond 150), clone ~490.
-# 4096–16384 (serving steps; the worker captures these at start-up) by 2048, above (bulk batches, captured on
-# first use) by 1024: ≤ ~6% padding in the GEMMs of a large batch.
-TOKEN_BUCKETS = ((256, 512, 1024, 2048, 3072, 4096) + tuple(range(6144, 16384 + 1, 2048))
-                 + tuple(range(17408, 65536 + 1, 1024)))
+# Up to 16384 (serving steps; the worker captures these at start-up) fine where latency-bound steps live
+# (the deadline scheduler sizes steps on this staircase: bench/results/omnivoice_sched_sim.md, 512-token
+# buckets gave N=100 agents 297 vs 314 ms p95 first audio), above (bulk batches, captured on first use) by
+# 1024: ≤ ~6% padding in the GEMMs of a large batch.
+TOKEN_BUCKETS = ((256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632, 6144,
+                  7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(17408, 65536 + 1, 1024)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 FRAME_QUANTUM = 32  # Tmax is padded to a multiple of this many frames (1.28 s)
 

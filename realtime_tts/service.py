@@ -462,8 +462,8 @@ class Synthesis:
         if p.temperature is not None:
             kwargs["temperature"] = p.temperature
         return SegmentRequest(
-            request_id=request_id or f"{self.id}-{index}", text=unit.text, voice=self._voice, language=p.language, speed=p.speed,
-            duration_s=self._duration_share.get(index), top_p=p.top_p, seed=p.seed, priority=priority,
+            request_id=request_id or f"{self.id}-{index}", text=unit.text, voice=self._voice, language=p.language,
+            speed=p.speed, duration_s=self._duration_share.get(index), top_p=p.top_p, seed=p.seed, priority=priority,
             deadline_s=deadline, **kwargs)
 
     async def _generate(self, seg: _Segment) -> None:
@@ -521,7 +521,8 @@ class Synthesis:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        tasks = [s.task for s in (*self._live.values(), self._spec, self._adopted) if s is not None and s.task is not None]
+        segs = (*self._live.values(), self._spec, self._adopted)
+        tasks = [s.task for s in segs if s is not None and s.task is not None]
         tasks += [t for t in (self._producer, self._splitter) if t is not None] + self._dropped
         self._abort_all()
         if tasks:

@@ -54,6 +54,9 @@ _SPLIT_INLINE_CHARS = 2_000
 # Assumed time from a response's first segment starting to its first audio: issue 5's p95 first-audio target
 # under load (an idle engine is faster; under load is when deadlines rank anything).
 _FIRST_AUDIO_S = 0.3
+# Share of the estimated audio of earlier segments counted in a later segment's deadline: pacing trims their
+# edge silence, so real playback is a little shorter than the estimate.
+_ESTIMATE_TRIM = 0.9
 # Speech per spoken token (text_length) for engines without a length rule. The CPU voice measured 0.32–0.46 s per
 # word on 3–11 word English sentences; the low end keeps the estimated deadlines early rather than late.
 _SECONDS_PER_TOKEN = 0.3
@@ -445,15 +448,18 @@ class Synthesis:
         p = self.params
         priority: Priority = PRIORITY_FIRST if index == 0 else (PRIORITY_STREAM if self._streaming else PRIORITY_BULK)
         deadline = None
-        if self._t_first_audio is not None and self._streaming:
-            # Playback of what was already sent (at real-time pace) runs dry at this moment.
+        if index > 0 and self._streaming:
+            # Playback runs dry without this segment once everything before it has played: from the first audio
+            # (sent, or expected), the audio of every earlier segment — what was sent, or the estimate of the
+            # segments still generating, trimmed by 10% for the silence pacing removes. Not just what was sent:
+            # a reply's third sentence is due after the second one's audio, not with it.
             now_mono = time.monotonic()
-            played_s = time.perf_counter() - self._t_first_audio
-            deadline = now_mono + max(0.0, self._samples_out / self.sample_rate - played_s)
-        elif index > 0 and self._streaming and self._first_due is not None:
-            # No audio out yet: playback will run dry once the expected first audio plus the estimated audio of
-            # the segments before this one has played.
-            deadline = self._first_due + self._planned_audio_s
+            if self._t_first_audio is not None:
+                start = now_mono - (time.perf_counter() - self._t_first_audio)
+                ahead = max(self._samples_out / self.sample_rate, _ESTIMATE_TRIM * self._planned_audio_s)
+                deadline = start + ahead
+            elif self._first_due is not None:
+                deadline = self._first_due + _ESTIMATE_TRIM * self._planned_audio_s
         kwargs: dict[str, Any] = {}
         if p.num_step is not None:
             kwargs["num_step"] = p.num_step

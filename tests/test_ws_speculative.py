@@ -288,9 +288,8 @@ def test_a_hit_is_one_engine_request_and_a_miss_is_aborted(recording: RecordingS
 
 
 def test_a_later_segment_gets_a_deadline_before_first_audio(recording: RecordingServer) -> None:
-    """On a batching engine a reply's second segment is submitted before any audio: it gets the moment playback
-    would run dry without it, the first audio's expected time plus the estimated audio of the first unit.
-    Segments submitted after first audio keep the rule from the audio already sent."""
+    """A reply's later segment gets the moment playback would run dry without it: the first audio's (expected)
+    time plus the audio of every segment before it (sent, or estimated and trimmed by 10%)."""
     engine = recording.engine
     n = len(engine.requests)
     text = ("Okay. The train leaves at nine in the morning from platform four. "
@@ -304,8 +303,12 @@ def test_a_later_segment_gets_a_deadline_before_first_audio(recording: Recording
     assert reqs[0].deadline_s is None  # the first segment goes by priority alone
     assert all(q.deadline_s is not None and t0 < q.deadline_s < t1 + 60 for q in reqs[1:])
     due = reqs[1].deadline_s - t0  # type: ignore[operator]
-    expected = 0.3 + estimate_audio_s(units[0], engine="cpu")  # "Okay.": 0.3 s expected first audio + 0.3 s
+    # "Okay.": 0.3 s expected first audio + 0.9 × its estimated 0.3 s of audio
+    expected = 0.3 + 0.9 * estimate_audio_s(units[0], engine="cpu")
     assert expected <= due <= expected + (t1 - t0), (due, expected)
+    # each later segment is due after the audio of every segment before it, not with the one before it
+    deadlines = [q.deadline_s for q in reqs[1:]]
+    assert all(b > a for a, b in zip(deadlines, deadlines[1:])), deadlines  # type: ignore[operator]
 
 
 def test_buffer_offers_what_the_tests_above_assume() -> None:

@@ -240,3 +240,13 @@ def test_deadline_policy_plans_with_measured_step_times(backend: ModelBackend) -
             assert backend.step_points is None and h.loop.scheduler.step_model is None
     finally:
         h.close()
+
+
+def test_step_time_model_tolerates_timing_noise() -> None:
+    """Measured on the H200: a bucket timed faster than the one below it must not stop the worker."""
+    from realtime_tts.engine.worker import step_time_model
+
+    measured = [(1536, 0.00395), (1792, 0.00507), (2048, 0.00487), (2560, 0.0056)]
+    model = step_time_model(measured)
+    assert model is not None and model(2048) >= model(1792) and model(2560) > model(1536)
+    assert step_time_model([(256, 0.002), (512, 0.002)]) is None  # flat: no model, the class policy runs

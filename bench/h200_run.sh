@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$log"
 git log --oneline -1 >> "$log" 2>/dev/null
 ckpt=/tmp/omnivoice-full
 if [ "${GPU_TESTS:-0}" = 1 ]; then
-    timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine > "$OUT/gpu_tests_h200.txt" 2>&1; tail -5 "$OUT/gpu_tests_h200.txt"
+    timeout "${TESTS_S:-300}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine > "$OUT/gpu_tests_h200.txt" 2>&1; tail -5 "$OUT/gpu_tests_h200.txt"
     echo "gpu tests done at $((SECONDS - start)) s" | tee -a "$log"
 fi
 if [ "${BULK:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then

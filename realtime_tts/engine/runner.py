@@ -160,7 +160,7 @@ class RunnerStats:
 class _Graph:
     graph: torch.cuda.CUDAGraph
     layout: Layout  # the static inputs: the slot of each batch row (the empty slot pads) and their layout
-    loaded: tuple[int | None, ...] = ()  # the slot list the layout was last built for
+    loaded: tuple[int, ...] = ()  # the slot assignments (SlotTable.serial) the layout was last built for
 
 
 class StepRunner:
@@ -352,9 +352,12 @@ class StepRunner:
         self.stats.step_s += time.perf_counter() - t0
 
     def _load(self, graph: _Graph, states: list[ItemState], key: BucketKey) -> None:
-        """Point a graph at these states: when its slot list changes, copy the new list in and rebuild its
-        layout (eager device work, no sync); an unchanged batch replays as it is."""
-        loaded = tuple(s.slot for s in states)
+        """Point a graph at these states: when its items change, copy the new slot list in and rebuild its
+        layout (eager device work, no sync); an unchanged batch replays as it is. Items, not slot numbers: a slot
+        freed by a cancel is reused at once, and a stale layout would leave the newcomer's frames past the old
+        item's length masked forever (H200 run 7: the codec then read the mask id and the worker died)."""
+        serial = self.table.serial
+        loaded = tuple(serial[s.slot] if s.slot is not None else -1 for s in states)
         if graph.loaded != loaded:
             graph.layout.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
             self.table.layout(graph.layout.slots, key.num_tokens, key.frames, out=graph.layout)
@@ -406,6 +409,12 @@ class StepRunner:
     def decode(self, states_or_codes: list[Any]) -> list[Any]:
         """Finished code grids → waveforms, batched across items of equal length by the codec."""
         codes = [s.tokens if isinstance(s, ItemState) else s for s in states_or_codes]
+        # A grid with a code the codec has no entry for (a mask left unrevealed: an engine bug) would trip a
+        # device-side assert in the codec's lookup and take the whole worker down; fail just these segments.
+        highest = torch.stack([c.max() for c in codes]).cpu() if codes else torch.zeros(0)
+        if codes and int(highest.max()) >= self.model.mask_id:  # codes are 0 .. mask_id - 1
+            raise RuntimeError(f"{int((highest >= self.model.mask_id).sum())} of {len(codes)} finished grids "
+                               "hold the mask id (unrevealed positions)")
         waves: list[Any] = self.model.codec.decode(codes)
         return waves
 

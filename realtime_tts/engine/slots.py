@@ -72,6 +72,10 @@ class SlotTable:
         self.reveal = torch.zeros(s, max_steps + 1, dtype=torch.long, device=dev)  # [S, W], 0 past the last step
         self.step = torch.zeros(s, dtype=torch.long, device=dev)  # [S]
         self._free = list(range(num_slots - 1, -1, -1))
+        # serial[slot]: which assignment occupies the slot. A freed slot is reused at once (by an item of another
+        # length), so a cached layout is keyed by serials, never by slot numbers alone.
+        self.serial = [0] * s
+        self._serials = 0
 
     @property
     def num_free(self) -> int:
@@ -93,6 +97,8 @@ class SlotTable:
         if not self._free:
             raise RuntimeError("no free decoding slot (more items in flight than the table holds)")
         slot = self._free.pop()
+        self._serials += 1
+        self.serial[slot] = self._serials
         c, t = self.num_codebooks, item.num_frames
         prefix_len = item.cond_len - t
         reveal = torch.zeros(self.reveal.shape[1], dtype=torch.long)

@@ -286,3 +286,38 @@ def test_graphs_follow_joins_and_cancels_on_gpu(tiny_checkpoint: Path) -> None:
     alone = [StepRunner(model, use_fused=True, use_graphs=True).run([it])[0] for it in items[1:]]
     for e, g, solo in zip(eager, graphed, alone):
         assert torch.equal(e, g) and torch.equal(g, solo)
+
+
+def test_a_reused_slot_gets_a_fresh_layout(model_fp32: OmniVoiceModel) -> None:
+    """A graph's cached layout follows the items, not the slot numbers: after a cancel, a longer item that
+    takes the freed slot is laid out at its own length (a stale layout left its extra frames masked forever)."""
+    from realtime_tts.engine.runner import BucketKey, _Graph
+
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False, max_slots=4)
+    items = _items(model_fp32)
+    short, long_ = sorted(items[:2], key=lambda it: it.num_frames)
+    key = BucketKey(1024, 1, 64)
+    empty = torch.full((1,), runner.table.empty, dtype=torch.long)
+    graph = _Graph(graph=None, layout=runner.table.layout(empty, key.num_tokens, key.frames))  # type: ignore[arg-type]
+    a = decoding.ItemState.start(short)
+    runner._admit([a])
+    runner._load(graph, [a], key)
+    assert int(graph.layout.num_frames[0]) == short.num_frames
+    slot = a.slot
+    runner.release(a)
+    b = decoding.ItemState.start(long_)
+    runner._admit([b])
+    assert b.slot == slot  # the freed slot, reused at once
+    runner._load(graph, [b], key)
+    assert int(graph.layout.num_frames[0]) == long_.num_frames > short.num_frames
+    assert int(graph.layout.valid[0].sum()) == long_.num_frames
+
+
+def test_a_grid_with_unrevealed_positions_is_refused_before_the_codec(tiny_checkpoint: Path) -> None:
+    model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device="cpu")
+    runner = StepRunner(model, use_fused=False, use_graphs=False, max_slots=2)
+    grid = torch.zeros(8, 10, dtype=torch.long)
+    assert len(runner.decode([grid])) == 1
+    grid[3, 4] = model.mask_id
+    with pytest.raises(RuntimeError, match="mask id"):
+        runner.decode([grid, torch.zeros(8, 10, dtype=torch.long)])

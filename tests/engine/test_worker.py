@@ -141,7 +141,11 @@ def test_stats_stop_while_idle(harness: Harness) -> None:
 def test_warm_up_path_runs(backend: ModelBackend) -> None:
     hits, misses = backend.counters()
     backend._warm_up()
-    assert sum(backend.counters()) == hits + misses + 2  # two steps (eager on CPU, graphed on CUDA)
+    steps = sum(backend.counters()) - hits - misses
+    if backend.device.startswith("cuda"):
+        assert steps > 2  # two warm-up steps, then the step-time measurements (graphed)
+    else:
+        assert steps == 2  # two warm-up steps, eager
 
 
 def test_random_arrivals_and_cancels_keep_the_invariants(backend: ModelBackend) -> None:

@@ -49,10 +49,10 @@ class OmniVoiceConfig:
                                      default=4096)
     admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (the "
                                   "batch changes less often); 0 = at the next step.", default=0)
-    scheduler_policy: str = _doc("How a GPU worker picks each step's batch: deadline (every segment gets a "
-                                 "deadline; steps sized by a step-time model measured at start-up) or class "
-                                 "(first segments, then streams, then bulk, under a token budget).",
-                                 default="deadline")
+    scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
+                                 "streams, then bulk, under a token budget) or deadline (experimental: every "
+                                 "segment gets a deadline; steps sized by a step-time model measured at "
+                                 "start-up).", default="class")
     voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
 
 

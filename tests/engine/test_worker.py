@@ -32,14 +32,14 @@ gpu = [pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="needs CUDA")]
 def backend(request: pytest.FixtureRequest, tiny_checkpoint: Path) -> ModelBackend:
     """The worker's backend on CPU (eager) and, where there is one, on CUDA (fused kernels + graphs)."""
     options = ipc.WorkerOptions(worker_id=0, model_dir=str(tiny_checkpoint), device=request.param,
-                                dtype="fp32", max_batch_tokens=4096, num_threads=1)
+                                dtype="fp32", max_batch_tokens=4096, num_threads=1, policy="deadline")
     return ModelBackend(options)
 
 
 class Harness:
-    def __init__(self, backend: ModelBackend) -> None:
+    def __init__(self, backend: ModelBackend, policy: str = "class") -> None:
         options = ipc.WorkerOptions(worker_id=3, model_dir="", device="cpu", dtype="fp32", max_batch_tokens=4096,
-                                    stats_interval_s=0.05)
+                                    stats_interval_s=0.05, policy=policy)
         self.inbox: queue.Queue[ipc.ToWorker] = queue.Queue()
         self.out: queue.Queue[ipc.FromWorker] = queue.Queue()
         self.loop = WorkerLoop(options, backend, self.inbox, self.out.put)
@@ -233,7 +233,8 @@ def test_busy_loop_logs_where_its_time_goes(backend: ModelBackend, caplog: pytes
 def test_deadline_policy_plans_with_measured_step_times(backend: ModelBackend) -> None:
     """On CUDA the warm-up times one step per token bucket and the loop's scheduler plans with them; on the
     CPU there is no measurement and the class policy runs."""
-    h = Harness(backend)
+    assert Harness(backend).loop.scheduler.step_model is None  # the class policy never plans with them
+    h = Harness(backend, policy="deadline")
     try:
         if backend.device.startswith("cuda"):
             points = backend.step_points

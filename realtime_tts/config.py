@@ -47,8 +47,8 @@ class OmniVoiceConfig:
     latency_batch_tokens: int = _doc("Smaller step budget while a first segment (or a stream segment about to "
                                      "run dry) is generating: shorter steps, sooner first audio; 0 = off.",
                                      default=4096)
-    admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (the "
-                                  "batch changes less often); 0 = at the next step.", default=0)
+    admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (they "
+                                  "also finish together: fewer codec calls); 0 = at the next step.", default=30)
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
                                  "segment gets a deadline; steps sized by a step-time model measured at "

@@ -255,3 +255,21 @@ def test_step_time_model_tolerates_timing_noise() -> None:
     model = step_time_model(measured)
     assert model is not None and model(2048) >= model(1792) and model(2560) > model(1536)
     assert step_time_model([(256, 0.002), (512, 0.002)]) is None  # flat: no model, the class policy runs
+
+
+def test_segments_finished_while_the_codec_is_busy_decode_together(backend: ModelBackend) -> None:
+    """The decode thread takes every finished segment queued behind a running decode in one codec call."""
+    h = Harness(backend)
+    h.loop.activity_interval_s = 1e9  # keep counting
+    try:
+        with backend._cuda_lock:  # the decode thread blocks inside its first decode
+            for i in range(4):
+                h.inbox.put(ipc.Submit(f"d{i}", "Decode me together.", duration_s=0.4, num_step=2, seed=i))
+                h.until(lambda m, n=i + 1: isinstance(m, ipc.Stats) and m.num_finished == n)
+        got = h.until(lambda m: isinstance(m, ipc.Audio) and m.request_id == "d3")
+        got += [] if sum(isinstance(m, ipc.Audio) for m in got) == 4 else h.until(
+            lambda m: isinstance(m, ipc.Audio) and m.request_id != "d3")
+        assert {m.request_id for m in got if isinstance(m, ipc.Audio)} == {"d0", "d1", "d2", "d3"}
+        assert h.loop._activity.decoded == 4 and h.loop._activity.decodes == 2  # d0 alone, then d1-d3 at once
+    finally:
+        h.close()

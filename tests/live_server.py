@@ -9,10 +9,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 import numpy as np
@@ -27,6 +28,44 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class InProcessServer:
+    """The real app on a real uvicorn, in a thread of the test process: for tests that put an engine of their
+    own beside (or around) the real ones, e.g. `InProcessServer(lambda pool: pool.engines.update(...))`."""
+
+    def __init__(self, setup: Any = None) -> None:
+        import uvicorn
+
+        from realtime_tts.api import create_app
+        from realtime_tts.config import load_config
+
+        self.port = free_port()
+        app = create_app(load_config(env={}))
+        if setup is not None:
+            setup(app.state.tts.pool)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
 
 
 @dataclass

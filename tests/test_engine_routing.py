@@ -11,18 +11,14 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Self
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-import uvicorn
-from live_server import SAMPLE_RATE, free_port, pcm_to_float, ws_exchange
+from live_server import SAMPLE_RATE, InProcessServer, pcm_to_float, ws_exchange
 from websockets.sync.client import connect
 
-from realtime_tts.api import create_app
-from realtime_tts.config import load_config
 from realtime_tts.engine.base import (
     AudioChunk,
     Capabilities,
@@ -88,33 +84,9 @@ class ToneEngine:
         return EngineLoad(pool_size=1, idle=1, queued_segments=0, in_flight_segments=0)
 
 
-class InProcessServer:
-    def __init__(self, engine: ToneEngine):
-        self.port = free_port()
-        app = create_app(load_config(env={}))
-        app.state.tts.pool.engines["omnivoice"] = engine  # beside the real CPU voice (the default engine)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        deadline = time.monotonic() + 120
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
-
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+def serving(engine: ToneEngine) -> InProcessServer:
+    """The real app with the tone engine as "omnivoice", beside the real CPU voice (the default engine)."""
+    return InProcessServer(lambda pool: pool.engines.__setitem__("omnivoice", engine))
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +96,7 @@ def tone() -> ToneEngine:
 
 @pytest.fixture(scope="module")
 def srv(tone: ToneEngine) -> Iterator[InProcessServer]:
-    with InProcessServer(tone) as s:
+    with serving(tone) as s:
         yield s
 
 
@@ -236,7 +208,7 @@ def test_next_segment_starts_early_only_on_a_batching_engine(batched: bool) -> N
     audio). Either way the audio comes out in sentence order."""
     engine = ToneEngine(batched=batched)
     engine.gate.clear()
-    with InProcessServer(engine) as s, connect(f"{s.ws}/v1/stream") as ws:
+    with serving(engine) as s, connect(f"{s.ws}/v1/stream") as ws:
         text = "HOLD the first sentence. " + "Then comes a much longer part of the reply that goes on. " * 4
         ws.send(json.dumps({"text": text, "model": "omnivoice", "voice": "auto"}))
         deadline = time.monotonic() + 3

@@ -6,23 +6,20 @@ estimated deadlines of later segments before first audio."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
-from typing import Any, Self
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
-from live_server import Server, assert_speech, free_port, ws_exchange
+from live_server import InProcessServer, Server, assert_speech, ws_exchange
 from websockets.sync.client import connect
 
-from realtime_tts.api import create_app
-from realtime_tts.config import load_config
 from realtime_tts.engine.base import AudioChunk, Capabilities, Engine, SegmentRequest, VoicePrompt
 from realtime_tts.omnivoice_text import FRAME_RATE_HZ, target_frames
 from realtime_tts.service import estimate_audio_s
@@ -102,7 +99,7 @@ def test_first_audio_arrives_before_the_next_word(server: Server) -> None:
 ])
 def test_a_wrong_guess_is_aborted_and_changes_no_audio(server: Server, tokens: list[str]) -> None:
     before = counters(server.http)
-    msgs: list[dict[str, object]] = [{"voice": "base", "seed": 5}]
+    msgs: list[Any] = [{"voice": "base", "seed": 5}]
     msgs += [{"text": t} for t in tokens] + [{"end": True}]
     r = ws_exchange(f"{server.ws}/v1/stream/text", msgs)
     assert r.close_code == 1000 and r.terminal["sentences"] == 1
@@ -223,34 +220,18 @@ class Recorder:
         return self.inner.load()
 
 
-class RecordingServer:
+class RecordingServer(InProcessServer):
+    """The real app whose CPU voice is wrapped in a Recorder (what the service asked the engine for)."""
+
     def __init__(self, *, batched: bool) -> None:
-        self.port = free_port()
-        app = create_app(load_config(env={}))
-        pool = app.state.tts.pool
-        self.engine = pool.engines["cpu"] = Recorder(pool.engines["cpu"], batched=batched)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        wrapped: list[Recorder] = []
 
-    def __enter__(self) -> Self:
-        self.thread.start()
-        deadline = time.monotonic() + 120
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.05)
-        return self
+        def wrap(pool: Any) -> None:
+            wrapped.append(Recorder(pool.engines["cpu"], batched=batched))
+            pool.engines["cpu"] = wrapped[0]
 
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
-
-    @property
-    def ws(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(wrap)
+        self.engine = wrapped[0]
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +249,7 @@ def requests_of(engine: Recorder, n: int) -> list[SegmentRequest]:
 def test_a_hit_is_one_engine_request_and_a_miss_is_aborted(recording: RecordingServer) -> None:
     engine = recording.engine
     n = len(engine.requests)
-    msgs: list[dict[str, object]] = [{"seed": 1}] + [{"text": t} for t in FIRST + REST] + [{"end": True}]
+    msgs: list[Any] = [{"seed": 1}] + [{"text": t} for t in FIRST + REST] + [{"end": True}]
     assert ws_exchange(f"{recording.ws}/v1/stream/text", msgs).close_code == 1000
     reqs = requests_of(engine, n)
     assert [(r.request_id.split("-")[1], r.text, r.priority) for r in reqs] == [
@@ -308,7 +289,7 @@ def test_a_later_segment_gets_a_deadline_before_first_audio(recording: Recording
     assert expected <= due <= expected + (t1 - t0), (due, expected)
     # each later segment is due after the audio of every segment before it, not with the one before it
     deadlines = [q.deadline_s for q in reqs[1:]]
-    assert all(b > a for a, b in zip(deadlines, deadlines[1:])), deadlines  # type: ignore[operator]
+    assert all(b > a for a, b in itertools.pairwise(deadlines)), deadlines  # type: ignore[operator]
 
 
 def test_buffer_offers_what_the_tests_above_assume() -> None:

@@ -194,21 +194,6 @@ def test_latency_budget_never_leaves_waiting_first_segments_out() -> None:
     assert plan.budget == 50 and len(plan.batch) == 5
 
 
-def test_backlog_of_first_segments_drains_at_full_throughput() -> None:
-    # 40 first segments arrive at once (10 tokens, 4 steps each); with the latency budget (30) in force for
-    # every step they would need ~54 steps; with urgent work filling the step up to the full budget (200) it
-    # takes 4 × ceil(400 / 200) = 8 steps.
-    clock = Clock()
-    s = Scheduler(max_batch_tokens=200, latency_batch_tokens=30, clock=clock)
-    for i in range(40):
-        s.add(f"r{i}", num_tokens=10, num_steps=4, priority=PRIORITY_FIRST)
-    steps = 0
-    while len(s):
-        run_step(s, clock)
-        steps += 1
-    assert steps == 8
-
-
 def test_new_items_join_together_at_most_once_per_admit_interval() -> None:
     clock = Clock()
     s = Scheduler(max_batch_tokens=1000, admit_interval_s=0.05, clock=clock)
@@ -474,9 +459,14 @@ def test_a_nearly_late_item_does_not_shrink_every_step() -> None:
     assert "late" in plan.batch and len(plan.batch) == 31
 
 
-def test_deadline_policy_backlog_drains_at_full_throughput() -> None:
+@pytest.mark.parametrize("policy", ["class", "deadline"])
+def test_backlog_of_first_segments_drains_at_full_throughput(policy: str) -> None:
+    # 40 first segments arrive at once (10 tokens, 4 steps each); with the latency budget (30) in force for
+    # every step they would need ~54 steps; with urgent work filling the step up to the full budget (200) it
+    # takes 4 × ceil(400 / 200) = 8 steps.
     clock = Clock()
-    s = Scheduler(max_batch_tokens=200, latency_batch_tokens=30, step_model=LINEAR, clock=clock)
+    s = Scheduler(max_batch_tokens=200, latency_batch_tokens=30, step_model=LINEAR if policy == "deadline" else None,
+                  clock=clock)
     for i in range(40):
         s.add(f"r{i}", num_tokens=10, num_steps=4, priority=PRIORITY_FIRST)
     steps = 0

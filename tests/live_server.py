@@ -30,7 +30,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class InProcessServer:
+class Loopback:
+    """A server of these tests on 127.0.0.1:port."""
+
+    port: int
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
+class InProcessServer(Loopback):
     """The real app on a real uvicorn, in a thread of the test process: for tests that put an engine of their
     own beside (or around) the real ones, e.g. `InProcessServer(lambda pool: pool.engines.update(...))`."""
 
@@ -59,28 +73,12 @@ class InProcessServer:
         self.server.should_exit = True
         self.thread.join(timeout=20)
 
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
 
 @dataclass
-class Server:
+class Server(Loopback):
     port: int
     proc: subprocess.Popen[bytes]
     log_path: Path
-
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

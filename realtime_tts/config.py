@@ -49,6 +49,9 @@ class OmniVoiceConfig:
                                      default=4096)
     admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (they "
                                   "also finish together: fewer codec calls); 0 = at the next step.", default=30)
+    codec_graph_frames: int = _doc("Experimental: segments up to this many frames (25 per second) decode "
+                                   "through a CUDA graph of the codec captured per length on first use, "
+                                   "instead of eagerly; 0 = off.", default=0)
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
                                  "segment gets a deadline; steps sized by a step-time model measured at "
@@ -156,6 +159,8 @@ def validate(cfg: Config) -> None:
     check(cfg.omnivoice.device in ("auto", "cuda", "cpu"), f"device must be auto, cuda or cpu, got {cfg.omnivoice.device!r}")
     check(cfg.omnivoice.gpus >= 0, f"gpus must be >= 0, got {cfg.omnivoice.gpus}")
     check(cfg.omnivoice.max_batch_tokens >= 1, f"max_batch_tokens must be >= 1, got {cfg.omnivoice.max_batch_tokens}")
+    check(cfg.omnivoice.codec_graph_frames >= 0,
+          f"codec_graph_frames must be >= 0, got {cfg.omnivoice.codec_graph_frames}")
     check(cfg.omnivoice.scheduler_policy in ("deadline", "class"),
           f"scheduler_policy must be deadline or class, got {cfg.omnivoice.scheduler_policy!r}")
     check(cfg.omnivoice.admit_interval_ms >= 0, f"admit_interval_ms must be >= 0, got {cfg.omnivoice.admit_interval_ms}")

@@ -35,6 +35,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     admit_interval_s: float = 0.0  # new segments join a running batch at most this often (0 = every step)
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     max_active: int = 1024  # segments started and unfinished at once (each holds a device slot)
+    codec_graph_frames: int = 0  # longest segment decoded through a per-length codec CUDA graph; 0 = off
     policy: str = "class"  # scheduler policy: class | deadline (needs a measured step-time model)
     stats_interval_s: float = 0.25
 

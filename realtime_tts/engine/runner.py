@@ -202,6 +202,7 @@ class StepRunner:
         self.stats = RunnerStats()
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._inflight: deque[torch.cuda.Event] = deque()
+        self.codec_graphs: Any = None  # engine/codec_graphs.CodecGraphs: decode() replays per-length graphs
         if self.use_graphs:
             # Graphs hold the rope tables' addresses: grow them once, now, to the largest bucket.
             model.llm.rope_tables(max(token_buckets), torch.float32)
@@ -415,7 +416,8 @@ class StepRunner:
         if codes and int(highest.max()) >= self.model.mask_id:  # codes are 0 .. mask_id - 1
             raise RuntimeError(f"{int((highest >= self.model.mask_id).sum())} of {len(codes)} finished grids "
                                "hold the mask id (unrevealed positions)")
-        waves: list[Any] = self.model.codec.decode(codes)
+        codec = self.codec_graphs if self.codec_graphs is not None else self.model.codec
+        waves: list[Any] = codec.decode(codes)
         return waves
 
     # --------------------------------------------------------------------------------------- buckets

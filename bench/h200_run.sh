@@ -7,6 +7,7 @@
 #                                                                            → $OUT/omnivoice_bench.{md,jsonl}
 #   SERVE      bench/omnivoice_serve.py through the real server: AGENTS (1,25,50,100), LOAD (1000) at RATE (100)
 #              req/s, extra server flags in SERVER_ARGS                      → $OUT/$SERVE_NAME.md
+#              SERVE_B_ARGS: then the same again with these server flags    → $OUT/${SERVE_NAME}_b.md
 # Logs of every stage land in $OUT/run.log. BUDGET_S (560) bounds the whole call.
 set -uo pipefail
 start=$SECONDS
@@ -29,12 +30,20 @@ if [ "${BULK:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
     echo "bulk: rc $? at $((SECONDS - start)) s" | tee -a "$log"
     cat "$OUT/omnivoice_bench.md" 2>/dev/null | grep -E '^\| (ours|reference)|^Single'
 fi
-if [ "${SERVE:-0}" = 1 ] && [ "$(left)" -gt 90 ]; then
+serve() {  # serve NAME SERVER_ARGS SECONDS
     # SIGINT on timeout: the bench's finally stops its server.
-    timeout -s INT $(( $(left) - 10 )) python3 bench/omnivoice_serve.py --ckpt "$ckpt" --build full --word-tokenizer \
+    timeout -s INT "$3" python3 bench/omnivoice_serve.py --ckpt "$ckpt" --build full --word-tokenizer \
         --agents "${AGENTS:-1,25,50,100}" --load "${LOAD:-1000}" --rate "${RATE:-100}" \
-        ${SERVER_ARGS:+--server-args "$SERVER_ARGS"} --out-dir "$OUT" --name "${SERVE_NAME:-omnivoice_serve_h200}" \
-        >> "$log" 2>&1
-    echo "serve: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+        ${2:+--server-args "$2"} --out-dir "$OUT" --name "$1" >> "$log" 2>&1
+    echo "serve $1: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+}
+if [ "${SERVE:-0}" = 1 ] && [ "$(left)" -gt 90 ]; then
+    name=${SERVE_NAME:-omnivoice_serve_h200}
+    if [ -n "${SERVE_B_ARGS:-}" ]; then  # A/B: the same runs again with other server flags
+        serve "$name" "${SERVER_ARGS:-}" $(( ($(left) - 20) / 2 ))
+        serve "${name}_b" "$SERVE_B_ARGS" $(( $(left) - 10 ))
+    else
+        serve "$name" "${SERVER_ARGS:-}" $(( $(left) - 10 ))
+    fi
     grep -E '^(agents|load|server healthy|built) |serving graph buckets' "$log"
 fi

@@ -359,7 +359,7 @@ class WorkerLoop:
                 self._maybe_send_stats()
         finally:
             self._decode_q.put(None)  # what finished is still sent
-            self._decoder.join()
+            self._decoder.join(timeout=60)  # not forever: a decode stuck on a broken device must not hold the exit
 
     def _take_messages(self, block: bool) -> None:
         try:

@@ -1,18 +1,25 @@
 """CPU simulation of one OmniVoice worker under the serving bench's arrival patterns: the real Scheduler
-(engine/scheduler.py) on a simulated clock, steps timed by a model fitted to the H200 step times.
+(engine/scheduler.py) on a simulated clock, steps and codec decodes timed from the H200 (runs 8-10).
 
-No GPU, no model: it answers "what does the scheduling policy do to first audio / latency / underruns",
-one change at a time, given a step-time model and a model of the host's work. Default host model: the
-slot runner (per-item state on the GPU, no re-pack, no host sync per step): 0.3 ms + 0.01 ms × items per
-step, codec decode on its own stream (3 ms + 0.3 ms per item, one decode at a time, never blocking steps).
-Steps pay for their CUDA-graph token bucket (runner.TOKEN_BUCKETS), not their exact token count.
+No GPU, no model: it answers "what do the scheduling policy, its knobs and the codec cost do to first audio,
+underruns and load latency", one change at a time. Must not import torch.
 
-The agents follow the service as it is: a reply's segments start as their sentence completes (lookahead 2:
-the third waits until the first has been sent); a later segment's deadline is when the audio already sent
-runs dry, or none before the first audio (--later-deadline estimate: the service's planned estimate).
+Model (calibrated against bench/results/omnivoice_serve_h200_run10.md):
+- a step costs the measured time of its CUDA-graph token bucket (runner.TOKEN_BUCKETS; STEP_MS, H200 run 8
+  warm-up) + host work per step, and is slowed by `contention` × its engine time while a codec decode runs
+  beside it (same GPU, same GIL);
+- one decode thread (worker._decode_loop): it takes every finished segment queued since its last call, decodes
+  first segments in one call, then the rest in another; a call costs codec_call_ms + codec_len_ms per DISTINCT
+  length (the codec runs one forward per length);
+- agents as bench/omnivoice_serve.py sends them (30 words/s, starts spread over 1 s), units as the real
+  SentenceBuffer cuts them (two per reply: the first sentence, then the other two merged), the first unit
+  started at the word that completes it (the service's speculation), later units when the buffer emits them,
+  lookahead 2, deadlines as service._segment_request sets them: first audio (sent, or 0.3 s after the first
+  unit started) + max(audio sent, 0.9 × estimated audio of every earlier segment).
 
-    .venv/bin/python bench/omnivoice_sched_sim.py                     # policies × (agents, load)
-    .venv/bin/python bench/omnivoice_sched_sim.py --agents 100,110,120 --host-scale 1,2 --model-error 1,1.25
+    .venv/bin/python bench/omnivoice_sched_sim.py --calibrate          # sim vs H200 run 10
+    .venv/bin/python bench/omnivoice_sched_sim.py --sweep codec        # one change at a time (codec|policy|admit|latency)
+    .venv/bin/python bench/omnivoice_sched_sim.py --agents 100 --policy deadline --codec-len-ms 1.5
 """
 
 from __future__ import annotations
@@ -22,60 +29,56 @@ import bisect
 import heapq
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from realtime_tts.config import load_config
 from realtime_tts.engine.runner import TOKEN_BUCKETS
 from realtime_tts.engine.scheduler import Scheduler, StepTimeModel
 from realtime_tts.omnivoice_text import estimate_frames
+from realtime_tts.text import SentenceBuffer
 
-# Engine step time on the H200 (bf16, CUDA graphs, no host work): (tokens per step, ms), 6 s design items of
-# 332 tokens at B = 1, 16, 64, 128 (bench/results/omnivoice_bench_h200_run2.md "per step ms").
-STEP_TABLE = ((0, 1.4), (332, 2.151), (5312, 13.329), (21248, 47.798), (42496, 92.994))
-# The bench's texts (bench/omnivoice_serve.py).
+# Step time per token bucket on the H200 (ms; bf16, CUDA graphs, real sentences; run 8's warm-up, run.log
+# "step times"). Past the last bucket: the last point's tokens per ms.
+STEP_MS = {256: 1.70, 512: 2.07, 768: 2.53, 1024: 2.94, 1280: 3.46, 1536: 3.92, 1792: 4.57, 2048: 4.86,
+           2560: 5.58, 3072: 6.58, 3584: 7.56, 4096: 8.17, 4608: 9.41, 5120: 10.23, 5632: 11.12, 6144: 12.23,
+           7168: 13.94, 8192: 15.26, 9216: 18.69, 10240: 19.51, 12288: 23.37, 14336: 28.84, 16384: 31.10}
+# The bench's texts (bench/omnivoice_serve.py): one string per reply, sent word by word.
 REPLIES = (
-    ("Sure, I can help with that.", "Your order shipped this morning and should arrive on Thursday.",
-     "Is there anything else you would like to know?"),
-    ("Good question, let me check.", "The museum opens at nine and closes at six on weekdays.",
-     "Tickets are cheaper if you book them online."),
-    ("Thanks for waiting, I found it.", "The meeting moved to the larger room on the third floor.",
-     "I have already sent the new invitation to everyone."),
+    "Sure, I can help with that. Your order shipped this morning and should arrive on Thursday. "
+    "Is there anything else you would like to know?",
+    "Good question, let me check. The museum opens at nine and closes at six on weekdays. "
+    "Tickets are cheaper if you book them online.",
+    "Thanks for waiting, I found it. The meeting moved to the larger room on the third floor. "
+    "I have already sent the new invitation to everyone.",
 )
 SHORT_INPUTS = ("Hello there, how are you today?", "Your table is ready now.", "Please hold on a moment.",
                 "The train leaves at five.", "Thank you for calling us.")
 NUM_STEP = 32
-GAP_S = 0.24  # pacing.gap_ms: silence between sentences (playback slack)
+FRAME_HZ = 25.0
 LOOKAHEAD = 2  # service._LOOKAHEAD["concurrent"]
+FIRST_AUDIO_S = 0.3  # service._FIRST_AUDIO_S
+ESTIMATE_TRIM = 0.9  # service._ESTIMATE_TRIM
+JITTER_S = 0.01  # the bench's player: a chunk later than this after the buffer ran dry is an underrun
 
 
-def table_ms(tokens: float) -> float:
-    xs = [t for t, _ in STEP_TABLE]
-    i = min(max(1, bisect.bisect_left(xs, tokens)), len(xs) - 1)
-    (x0, y0), (x1, y1) = STEP_TABLE[i - 1], STEP_TABLE[i]
-    return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+def step_engine_ms(tokens: int) -> float:
+    """Engine time of a step of this many tokens: the measured time of its token bucket."""
+    i = bisect.bisect_left(TOKEN_BUCKETS, tokens)
+    top = TOKEN_BUCKETS[i] if i < len(TOKEN_BUCKETS) else tokens
+    if top in STEP_MS:
+        return STEP_MS[top]
+    last = max(STEP_MS)
+    return STEP_MS[last] * top / last
 
 
-BUCKETS = list(TOKEN_BUCKETS)  # --bucket-step replaces it (what finer graph buckets would give)
-
-
-def bucket(tokens: int) -> int:
-    """The CUDA-graph token bucket a step of this many tokens replays (runner.bucket_key)."""
-    i = bisect.bisect_left(BUCKETS, tokens)
-    return BUCKETS[i] if i < len(BUCKETS) else tokens
-
-
-def engine_ms(tokens: int) -> float:
-    return table_ms(bucket(tokens))
-
-
-def calibration(host_ms: float) -> tuple[tuple[int, float], ...]:
-    """What the worker would hand the scheduler: the bucket staircase of the step table in seconds, plus a
-    fixed host guess per step (the per-item host part is left out on purpose: the model is not exact)."""
-    return StepTimeModel.from_buckets([(b, table_ms(b) / 1000.0) for b in BUCKETS], host_ms / 1000.0).points
+def step_model(host_ms: float) -> StepTimeModel:
+    """What the worker hands the deadline policy: the measured bucket staircase + its host guess per step."""
+    return StepTimeModel.from_buckets([(t, ms / 1000.0) for t, ms in STEP_MS.items()], host_ms / 1000.0)
 
 
 def item_tokens(text: str) -> tuple[int, int]:
@@ -86,18 +89,43 @@ def item_tokens(text: str) -> tuple[int, int]:
     return prefix + 2 * frames, frames
 
 
-@dataclass
-class Host:
-    """Host work in ms: per step (fixed + per item), per decode (fixed + per item). Decode runs on its own
-    stream, one at a time, never blocking steps."""
+@dataclass(frozen=True)
+class Cost:
+    """Host and codec costs (ms) and the step slow-down while a decode runs beside it."""
 
-    step_ms: float = 0.3
-    step_ms_per_item: float = 0.01
-    decode_ms: float = 3.0
-    decode_ms_per_item: float = 0.3
+    step_host_ms: float = 0.3
+    # a step overlapping a decode call takes (1 + contention × frames in that call / 1000) × its engine time
+    # (the codec on long items takes SMs from the step; run 10: load steps, beside calls of ~150 short frames,
+    # took their table time; N=100 steps, beside calls of ~600 frames, took ~1.7 ms more)
+    contention: float = 0.15
+    codec_call_ms: float = 2.0
+    codec_len_ms: float = 6.0
+    codec_frame_ms: float = 0.035  # per frame decoded (all items of the call)
+    # a decode call beside big steps is slower (they fill the GPU): × (1 + decode_slow × tokens of the last
+    # step / 4096)
+    decode_slow: float = 1.5
+    engine_scale: float = 1.0  # step engine time × this (what-if: a faster or slower engine)
 
-    def scaled(self, k: float) -> Host:
-        return Host(self.step_ms * k, self.step_ms_per_item * k, self.decode_ms * k, self.decode_ms_per_item * k)
+
+@dataclass(frozen=True)
+class Knobs:
+    """Scheduler settings (the worker's config.omnivoice fields)."""
+
+    policy: str = "class"  # class | deadline
+    admit_ms: float = 30.0
+    latency_batch_tokens: int = 4096
+    max_batch_tokens: int = 16384
+    first_deadline_s: float = 0.1
+    target_chars: int | None = None  # text.target_chars (None: the config default; what-if for the service)
+
+    def scheduler(self, clock: list[float], cost: Cost) -> Scheduler:
+        kw: dict[str, Any] = {}
+        if self.policy == "deadline":
+            kw = {"step_model": step_model(cost.step_host_ms), "first_deadline_s": self.first_deadline_s}
+        # max_batch_items 128: the runner's largest batch bucket (the worker passes it)
+        return Scheduler(max_batch_tokens=self.max_batch_tokens, max_batch_items=128,
+                         latency_batch_tokens=self.latency_batch_tokens or None,
+                         admit_interval_s=self.admit_ms / 1000.0, clock=lambda: clock[0], **kw)
 
 
 @dataclass(order=True)
@@ -106,119 +134,196 @@ class _Arrival:
     seq: int
     rid: str = field(compare=False)
     tokens: int = field(compare=False)
+    frames: int = field(compare=False)
     priority: int = field(compare=False)
     deadline: Callable[[float], float | None] = field(compare=False)
 
 
 class Sim:
-    def __init__(self, scheduler: Scheduler, clock: list[float], host: Host, engine_scale: float = 1.0) -> None:
-        self.s, self.clock, self.host, self.engine_scale = scheduler, clock, host, engine_scale
+    """One worker: the step loop on the simulated clock, and the decode thread on its own timeline."""
+
+    def __init__(self, knobs: Knobs, cost: Cost) -> None:
+        self.clock = [0.0]
+        self.s = knobs.scheduler(self.clock, cost)
+        self.cost = cost
         self.arrivals: list[_Arrival] = []
         self.seq = 0
         self.done: dict[str, float] = {}
         self.on_done: dict[str, Callable[[float], None]] = {}
-        self.priority: dict[str, int] = {}
-        self.decoder_free_s = 0.0
+        self.info: dict[str, tuple[int, int]] = {}  # rid → (priority, frames)
+        self.decode_q: list[tuple[float, str]] = []  # (finished at, rid), in order
+        self.decoder_free = 0.0
+        self.decode_busy: list[tuple[float, float, int]] = []  # decode calls (start, end, frames)
         self.steps = 0
         self.step_tokens = 0
-        self.busy_s = 0.0
+        self.step_s = 0.0
+        self.decode_calls = 0
+        self.decode_s = 0.0
+        self.decode_lengths = 0
+        self.last_tokens = 0  # tokens of the last step run
+        self.decode_items = 0
 
-    def submit(self, t: float, rid: str, tokens: int, priority: int,
+    def submit(self, t: float, rid: str, tokens: int, frames: int, priority: int,
                deadline: Callable[[float], float | None] = lambda t: None,
                on_done: Callable[[float], None] | None = None) -> None:
         self.seq += 1
-        self.priority[rid] = priority
-        heapq.heappush(self.arrivals, _Arrival(t, self.seq, rid, tokens, priority, deadline))
+        self.info[rid] = (priority, frames)
+        heapq.heappush(self.arrivals, _Arrival(t, self.seq, rid, tokens, frames, priority, deadline))
         if on_done is not None:
             self.on_done[rid] = on_done
 
-    def _decode(self, rids: list[str]) -> None:
-        h = self.host
-        self.decoder_free_s = (max(self.decoder_free_s, self.clock[0])
-                               + (h.decode_ms + h.decode_ms_per_item * len(rids)) / 1000.0)
-        for rid in rids:
-            self.done[rid] = self.decoder_free_s
-            cb = self.on_done.pop(rid, None)
-            if cb is not None:
-                cb(self.decoder_free_s)
+    def _decode_rounds(self, until: float) -> None:
+        """Run the decode thread's calls that start by `until` (the step loop has queued all they take)."""
+        c = self.cost
+        while self.decode_q:
+            start = max(self.decoder_free, self.decode_q[0][0])
+            if start > until:
+                return
+            n = 0
+            while n < len(self.decode_q) and self.decode_q[n][0] <= start:
+                n += 1
+            job, self.decode_q = [r for _, r in self.decode_q[:n]], self.decode_q[n:]
+            t = start
+            for part in ([r for r in job if self.info[r][0] == 0], [r for r in job if self.info[r][0] != 0]):
+                if not part:
+                    continue
+                lengths = len({self.info[r][1] for r in part})
+                frames = sum(self.info[r][1] for r in part)
+                slow = 1.0 + c.decode_slow * self.last_tokens / 4096
+                end = t + slow * (c.codec_call_ms + c.codec_len_ms * lengths + c.codec_frame_ms * frames) / 1000.0
+                self.decode_lengths += lengths
+                self.decode_items += len(part)
+                self.decode_busy.append((t, end, frames))
+                self.decode_calls += 1
+                self.decode_s += end - t
+                for rid in part:
+                    self.done[rid] = end
+                    cb = self.on_done.pop(rid, None)
+                    if cb is not None:
+                        cb(end)
+                t = end
+            self.decoder_free = t
+
+    def _overlap(self, t0: float, t1: float) -> float:
+        """Seconds of [t0, t1] during which the decode thread runs a call, weighted by its frames / 1000."""
+        total = 0.0
+        for a, b, frames in reversed(self.decode_busy):
+            if b <= t0:
+                break
+            total += max(0.0, min(b, t1) - max(a, t0)) * frames / 1000.0
+        return total
 
     def run(self, until: float = 600.0) -> None:
-        """Step until nothing is live or waiting."""
+        """Step until nothing is live, queued or decoding."""
+        c = self.cost
         while self.clock[0] < until:
-            while self.arrivals and self.arrivals[0].t <= self.clock[0]:
+            now = self.clock[0]
+            self._decode_rounds(now)
+            while self.arrivals and self.arrivals[0].t <= now:
                 a = heapq.heappop(self.arrivals)
                 self.s.add(a.rid, num_tokens=a.tokens, num_steps=NUM_STEP, priority=a.priority,
                            deadline_s=a.deadline(a.t))
             plan = self.s.schedule()
             if not plan.batch:
-                if not self.arrivals:
+                nxt = [a.t for a in self.arrivals[:1]]
+                if self.decode_q:
+                    nxt.append(max(self.decoder_free, self.decode_q[0][0]))
+                if not nxt:
                     return
-                self.clock[0] = self.arrivals[0].t
+                self.clock[0] = max(now, min(nxt))
                 continue
-            ms = engine_ms(plan.num_tokens) * self.engine_scale + self.host.step_ms \
-                + self.host.step_ms_per_item * len(plan.batch)
-            self.clock[0] += ms / 1000.0
+            engine = c.engine_scale * step_engine_ms(plan.num_tokens) / 1000.0
+            # a decode already running slows the step for the part it overlaps (the step's length is not
+            # known before: iterate once from the no-contention length)
+            ms = engine + c.step_host_ms / 1000.0
+            ms += c.contention * engine * self._overlap(now, now + ms) / ms
+            self.clock[0] = now + ms
             self.steps += 1
             self.step_tokens += plan.num_tokens
-            self.busy_s += ms / 1000.0
-            finished = self.s.complete_step(plan)
-            if finished:  # the worker decodes first segments first, then the rest (worker._retire)
-                first = [r for r in finished if self.priority[r] == 0]
-                rest = [r for r in finished if self.priority[r] != 0]
-                for group in (first, rest):
-                    if group:
-                        self._decode(group)
+            self.last_tokens = plan.num_tokens
+            self.step_s += ms
+            for rid in self.s.complete_step(plan):
+                self.decode_q.append((self.clock[0], rid))
+
+    def stats(self) -> dict[str, float]:
+        return {"steps": self.steps, "tokens_per_step": self.step_tokens / max(1, self.steps),
+                "step_ms": 1000.0 * self.step_s / max(1, self.steps), "decode_calls": self.decode_calls,
+                "decode_ms": 1000.0 * self.decode_s / max(1, self.decode_calls),
+                "decode_items": self.decode_items / max(1, self.decode_calls),
+                "decode_lengths": self.decode_lengths / max(1, self.decode_calls),
+                "decode_busy": self.decode_s / max(1e-9, self.step_s)}
 
 
-def sim_load(make: Callable[[list[float]], Scheduler], host: Host, num: int = 1000, rate: float = 100.0,
-             engine_scale: float = 1.0) -> dict[str, float]:
-    clock = [0.0]
-    sim = Sim(make(clock), clock, host, engine_scale)
+def sim_load(knobs: Knobs, cost: Cost, num: int = 1000, rate: float = 100.0) -> dict[str, float]:
+    sim = Sim(knobs, cost)
     for i in range(num):
-        tokens, _ = item_tokens(SHORT_INPUTS[i % len(SHORT_INPUTS)])
-        sim.submit(i / rate, f"r{i}", tokens, priority=0)
+        tokens, frames = item_tokens(SHORT_INPUTS[i % len(SHORT_INPUTS)])
+        sim.submit(i / rate, f"r{i}", tokens, frames, priority=0)
     sim.run()
     lat = np.array([sim.done[f"r{i}"] - i / rate for i in range(num)])
     return {"p50_s": float(np.percentile(lat, 50)), "p95_s": float(np.percentile(lat, 95)),
-            "p99_s": float(np.percentile(lat, 99)), "wall_s": max(sim.done.values()),
-            "steps": sim.steps, "tokens_per_step": sim.step_tokens / max(1, sim.steps)}
+            "p99_s": float(np.percentile(lat, 99)), "wall_s": max(sim.done.values()), **sim.stats()}
 
 
-def sim_agents(make: Callable[[list[float]], Scheduler], host: Host, n: int, words_per_s: float = 30.0,
-               later_deadline: str = "today", engine_scale: float = 1.0, sentences: int = 3) -> dict[str, float]:
-    clock = [0.0]
-    sim = Sim(make(clock), clock, host, engine_scale)
-    num_sentences = sentences
+def reply_units(text: str, words_per_s: float, target_chars: int | None = None) -> tuple[float, list[tuple[float, str]]]:
+    """(time the first sentence's last word is sent, [(time the unit's engine request can start, unit text)])
+    for one reply sent word by word from t = 0, cut by the real SentenceBuffer with the server's settings.
+    The first unit starts when peek_first_unit offers it (the service's speculation)."""
+    t = load_config({"target_chars": target_chars}).text
+    buf = SentenceBuffer(min_chars=t.min_chars, first_segment_min_chars=t.first_segment_min_chars,
+                         target_chars=t.target_chars, max_chars=t.max_chars)
+    words = text.split(" ")
+    units: list[tuple[float, str]] = []
+    clause = None
+    for i, w in enumerate(words):
+        at = i / words_per_s
+        if clause is None and w[-1] in ".!?":
+            clause = at
+        units += [(at, u.text) for u in buf.feed(w + (" " if i < len(words) - 1 else ""))]
+        if not units:
+            peek = buf.peek_first_unit()
+            if peek is not None:
+                units.append((at, peek.text))  # the speculation; feed() later emits the same unit
+    first = units[0][1]
+    units = [units[0]] + [(at, u) for at, u in units[1:] if not (u == first and at >= units[0][0])]
+    units += [(len(words) / words_per_s, u.text) for u in buf.end()]
+    assert clause is not None
+    return clause, units
+
+
+def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed: int = 0) -> dict[str, float]:
+    """seed 0: agents start evenly spread over one second (the bench); seed > 0: at uniform random times in it."""
+    sim = Sim(knobs, cost)
+    starts = [a / n for a in range(n)] if seed == 0 else \
+        sorted(np.random.default_rng(seed).uniform(0.0, 1.0, n).tolist())
+    shapes = [reply_units(r, words_per_s, knobs.target_chars) for r in REPLIES]
 
     class Agent:
         def __init__(self, a: int) -> None:
-            self.a, start = a, a / n  # agents start spread over one second
-            sentences = REPLIES[a % len(REPLIES)][:num_sentences]
-            self.ready: list[float] = []  # the time each sentence's last word is sent
-            words = 0
-            for s in sentences:
-                words += len(s.split())
-                self.ready.append(start + (words - 1) / words_per_s)
-            self.segs = [item_tokens(s) for s in sentences]
-            self.dur = [f / 25 + GAP_S for _, f in self.segs]  # audio the client plays per segment
-            self.done: list[float | None] = [None] * len(sentences)
-            self.sent: list[float | None] = [None] * len(sentences)  # emitted in order by the service
+            self.a, start = a, starts[a]
+            clause, units = shapes[a % len(shapes)]
+            self.clause = start + clause
+            self.emit = [start + at for at, _ in units]
+            self.segs = [item_tokens(u) for _, u in units]
+            self.est = [f / FRAME_HZ for _, f in self.segs]  # service.estimate_audio_s
+            self.dur = list(self.est)  # audio the client plays (noise from random weights: nothing trimmed)
+            self.done: list[float | None] = [None] * len(units)
+            self.sent: list[float | None] = [None] * len(units)  # emitted in order by the service
+            self.first_due = self.emit[0] + FIRST_AUDIO_S
 
         def deadline(self, k: int, t: float) -> float | None:
+            """service._segment_request at time t."""
             if k == 0:
                 return None
-            first = self.sent[0] if self.sent[0] is not None and self.sent[0] <= t else None
-            if later_deadline == "full":  # first audio (or its target), then all the audio before this one
-                return (first if first is not None else self.ready[0] + 0.3) + sum(self.dur[:k])
-            if first is not None:  # service._segment_request: when the audio sent so far runs dry
+            planned = ESTIMATE_TRIM * sum(self.est[:k])
+            first = self.sent[0]
+            if first is not None and first <= t:
                 out = sum(d for d, s in zip(self.dur, self.sent) if s is not None and s <= t)
-                return t + max(0.0, out - (t - first))
-            if later_deadline == "planned":  # before first audio: its target, then the audio before this one
-                return self.ready[0] + 0.3 + sum(self.dur[:k])
-            return None
+                return first + max(out, planned)
+            return self.first_due + planned
 
         def submit(self, k: int, t: float) -> None:
-            sim.submit(t, f"a{self.a}-{k}", self.segs[k][0], priority=0 if k == 0 else 1,
+            sim.submit(t, f"a{self.a}-{k}", self.segs[k][0], self.segs[k][1], priority=0 if k == 0 else 1,
                        deadline=lambda at: self.deadline(k, at), on_done=lambda done_t: self.finished(k, done_t))
 
         def finished(self, k: int, t: float) -> None:
@@ -227,117 +332,210 @@ def sim_agents(make: Callable[[list[float]], Scheduler], host: Host, n: int, wor
                 if self.sent[j] is None:
                     if self.done[j] is None:
                         break
-                    sent = max(t, self.sent[j - 1] or 0.0) if j else t
-                    self.sent[j] = sent
-                    # lookahead: segment j + LOOKAHEAD may start once segment j has been sent
-                    if j + LOOKAHEAD < len(self.segs):
-                        self.submit(j + LOOKAHEAD, max(self.ready[j + LOOKAHEAD], sent))
+                    self.sent[j] = max(self.done[j], self.sent[j - 1] or 0.0) if j else self.done[j]
+                    if j + LOOKAHEAD < len(self.segs):  # the lookahead slot frees when segment j is out
+                        self.submit(j + LOOKAHEAD, max(self.emit[j + LOOKAHEAD], self.sent[j]))
 
     agents = [Agent(a) for a in range(n)]
     for ag in agents:
         for k in range(min(LOOKAHEAD, len(ag.segs))):
-            ag.submit(k, ag.ready[k])
+            ag.submit(k, ag.emit[k])
     sim.run()
     after_clause, underruns, stall_total = [], 0, 0.0
     for ag in agents:
         sent = [s for s in ag.sent if s is not None]
         assert len(sent) == len(ag.segs)
-        after_clause.append(sent[0] - ag.ready[0])
+        after_clause.append(sent[0] - ag.clause)
         stall, played = 0.0, 0.0
-        for k, s in enumerate(sent):
+        for k, s in enumerate(sent):  # the bench's player
             dry = sent[0] + stall + played
-            if k and s > dry + 0.01:
+            if k and s > dry + JITTER_S:
                 underruns += 1
                 stall += s - dry
             played += ag.dur[k]
         stall_total += stall
     fa = np.array(after_clause) * 1000.0
     return {"p50_ms": float(np.percentile(fa, 50)), "p95_ms": float(np.percentile(fa, 95)),
-            "max_ms": float(fa.max()), "underruns": underruns, "stall_ms": stall_total * 1000.0,
-            "steps": sim.steps, "tokens_per_step": sim.step_tokens / max(1, sim.steps)}
+            "max_ms": float(fa.max()), "underruns": underruns, "stall_ms": stall_total * 1000.0, **sim.stats()}
 
 
-# (row, Scheduler keyword arguments): one change at a time from the policy the worker runs today
-def policies(model: tuple[tuple[int, float], ...], first_s: float) -> list[tuple[str, dict[str, Any]]]:
-    now = {"latency_batch_tokens": 4096, "admit_interval_s": 0.03}
-    dl = {"step_model": model, "first_deadline_s": first_s, "latency_batch_tokens": 4096}
-    return [
-        ("1 today: classes + 2 s aging, latency budget 4096, admit every 30 ms", now),
-        ("2 today, admit at the next step", {**now, "admit_interval_s": 0.0}),
-        ("3 deadline policy (slack order + step budget from the model), admit every 30 ms",
-         {**dl, "admit_interval_s": 0.03}),
-        ("4 deadline policy, admit at the next step", dl),
-        ("5 = 4, busy step for urgency 2048 tokens", {**dl, "latency_batch_tokens": 2048}),
-        ("6 = 5 + demand budget (throughput by each deadline)",
-         {**dl, "latency_batch_tokens": 2048, "demand_budget": True}),
-    ]
+AGENT_HEAD = ("| N | after 1st sentence p50 / p95 / max ms | underruns | stall ms | steps | step mean ms "
+              "| tokens/step | decode calls, mean ms |")
+LOAD_HEAD = "| load p50 / p95 / p99 s | wall s | steps | step mean ms | tokens/step | decode calls, mean ms |"
 
 
-def make_factory(kwargs: dict[str, Any], max_tokens: int) -> Callable[[list[float]], Scheduler]:
-    # max_batch_items 128: the runner's largest batch bucket (the worker passes it)
-    return lambda clock: Scheduler(max_batch_tokens=max_tokens, max_batch_items=128, clock=lambda: clock[0],
-                                   **kwargs)
+def agent_cells(r: dict[str, float]) -> str:
+    return (f"{r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['max_ms']:.0f} | {r['underruns']} | {r['stall_ms']:.0f} "
+            f"| {r['steps']} | {r['step_ms']:.2f} | {r['tokens_per_step']:.0f} "
+            f"| {r['decode_calls']}, {r['decode_ms']:.1f} |")
+
+
+def load_cells(r: dict[str, float]) -> str:
+    return (f"{r['p50_s']:.3f} / {r['p95_s']:.3f} / {r['p99_s']:.3f} | {r['wall_s']:.1f} | {r['steps']} "
+            f"| {r['step_ms']:.2f} | {r['tokens_per_step']:.0f} | {r['decode_calls']}, {r['decode_ms']:.1f} |")
+
+
+# H200 run 10 (class policy, admit 30 ms, latency budget 4096): after-1st-sentence p50 / p95 ms, underruns,
+# steps, step mean ms (the server's /metrics), decode calls and mean ms (the worker's activity line).
+RUN10_AGENTS = {1: ("68 / 68", 0, 95, 1.94, "-"), 25: ("95 / 638", 0, 479, 4.41, "27, 35.6"),
+                50: ("129 / 411", 0, 491, 5.20, "60, 35.8"), 100: ("428 / 891", 74, 423, 9.38, "37, 92.4")}
+RUN10_LOAD = ("0.195 / 0.245 / 0.341", 10.1, 2373, 3.92, "143 + 157, 32.5 / 27.1")
+
+
+def calibrate(cost: Cost, knobs: Knobs, load: int, rate: float) -> None:
+    print(f"## Calibration: sim vs H200 run 10 ({knobs}, {cost})\n")
+    print("| N | source | after 1st sentence p50 / p95 ms | underruns | steps | step mean ms | decode calls, mean ms |")
+    print("|---|---|---|---|---|---|---|")
+    for n, (fa, ur, steps, step_ms, dec) in RUN10_AGENTS.items():
+        r = sim_agents(knobs, cost, n)
+        print(f"| {n} | H200 run 10 | {fa} | {ur} | {steps} | {step_ms:.2f} | {dec} |")
+        print(f"| {n} | sim | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} | {r['underruns']} | {r['steps']} "
+              f"| {r['step_ms']:.2f} | {r['decode_calls']}, {r['decode_ms']:.1f} ({r['decode_items']:.1f} items, "
+              f"{r['decode_lengths']:.1f} lengths) |", flush=True)
+    r = sim_load(knobs, cost, load, rate)
+    fa, wall, steps, step_ms, dec = RUN10_LOAD
+    print(f"\n| load {load} @ {rate:g}/s | p50 / p95 / p99 s | wall s | steps | step mean ms | decode calls, mean ms |")
+    print("|---|---|---|---|---|---|")
+    print(f"| H200 run 10 | {fa} | {wall} | {steps} | {step_ms:.2f} | {dec} |")
+    print(f"| sim | {r['p50_s']:.3f} / {r['p95_s']:.3f} / {r['p99_s']:.3f} | {r['wall_s']:.1f} | {r['steps']} "
+          f"| {r['step_ms']:.2f} | {r['decode_calls']}, {r['decode_ms']:.1f} ({r['decode_items']:.1f} items, "
+          f"{r['decode_lengths']:.1f} lengths) |", flush=True)
+
+
+SWEEPS: dict[str, tuple[str, list[tuple[str, Callable[[Knobs, Cost], tuple[Knobs, Cost]]]]]] = {
+    # codec_len_ms × the load slow-down (~1.5 beside the load test's steps) is the ~9 ms per distinct length the
+    # run 10 activity lines show; per-length CUDA graphs of the codec should leave ~1.5 ms of it
+    "codec": ("codec cost per distinct length under load (codec_len_ms 6 / 1 / 0 × the slow-down)", [
+        ("~9 ms/length (today)", lambda k, c: (k, replace(c, codec_len_ms=6.0))),
+        ("~1.5 ms/length", lambda k, c: (k, replace(c, codec_len_ms=1.0))),
+        ("0 ms/length", lambda k, c: (k, replace(c, codec_len_ms=0.0))),
+        ("no codec cost at all (bound)", lambda k, c: (k, replace(c, codec_len_ms=0.0, codec_call_ms=0.0,
+                                                                   codec_frame_ms=0.0))),
+    ]),
+    "policy": ("scheduler policy", [
+        (p, lambda k, c, p=p: (replace(k, policy=p), c)) for p in ("class", "deadline")]),
+    "admit": ("admission interval", [
+        (f"admit {ms:g} ms", lambda k, c, ms=ms: (replace(k, admit_ms=ms), c)) for ms in (0.0, 15.0, 30.0, 60.0)]),
+    "latency": ("latency_batch_tokens", [
+        (f"latency budget {t}", lambda k, c, t=t: (replace(k, latency_batch_tokens=t), c))
+        for t in (2048, 4096, 8192)]),
+    # not a scheduler knob: the service's unit length after the first (config text.target_chars); at 160 the
+    # bench's 2nd and 3rd sentences are one ~6.3 s unit that starts at the end of the reply
+    "split": ("text.target_chars (units after the first)", [
+        (f"target_chars {t}", lambda k, c, t=t: (replace(k, target_chars=t), c)) for t in (160, 80, 60)]),
+}
+
+# Combinations (label, scheduler knobs, costs): today's, then what closes N=100 in the sim, and that minus one
+# change at a time (which of its parts carry it).
+_G = Cost(codec_len_ms=1.0)  # per-length CUDA graphs of the codec: ~1.5 ms per distinct length under load
+_BEST = Knobs(admit_ms=0.0, latency_batch_tokens=2048, target_chars=60)
+# max_batch_tokens 6144: a backlog of later segments runs in 12 ms steps, most urgent first, instead of all at
+# once in 31 ms steps that finish every one of them late together
+_ROBUST = replace(_BEST, latency_batch_tokens=1024, max_batch_tokens=6144)
+CANDIDATES: list[tuple[str, Knobs, Cost]] = [
+    ("today (class, admit 30, latency 4096, target_chars 160, codec ~9 ms/length)", Knobs(), Cost()),
+    ("A = class, admit 0, latency 2048, target_chars 60, codec ~1.5 ms/length", _BEST, _G),
+    ("A with codec ~9 ms/length", _BEST, Cost()),
+    ("A with admit 30 ms", replace(_BEST, admit_ms=30.0), _G),
+    ("A with latency 4096", replace(_BEST, latency_batch_tokens=4096), _G),
+    ("A with target_chars 160", replace(_BEST, target_chars=None), _G),
+    ("A with the deadline policy", replace(_BEST, policy="deadline"), _G),
+    ("A with latency 1024", replace(_BEST, latency_batch_tokens=1024), _G),
+    ("A with max_batch_tokens 6144", replace(_BEST, max_batch_tokens=6144), _G),
+    ("B = A with latency 1024 and max_batch_tokens 6144", _ROBUST, _G),
+    ("B with codec ~9 ms/length", _ROBUST, Cost()),
+]
+# Robustness of a combination at N=100: the model off in the unfavourable direction.
+PERTURB: list[tuple[str, Callable[[Cost], Cost], int]] = [
+    ("as calibrated", lambda c: c, 100),
+    ("engine steps x1.1", lambda c: replace(c, engine_scale=1.1), 100),
+    ("codec x1.5 (call, length, frame)", lambda c: replace(c, codec_call_ms=1.5 * c.codec_call_ms,
+                                                         codec_len_ms=1.5 * c.codec_len_ms,
+                                                         codec_frame_ms=1.5 * c.codec_frame_ms), 100),
+    ("step contention x2", lambda c: replace(c, contention=2 * c.contention), 100),
+    ("N=110", lambda c: c, 110),
+    ("N=120", lambda c: c, 120),
+]
+
+
+def seed_cells(knobs: Knobs, cost: Cost, n: int, seeds: int) -> str:
+    """p95 first audio and underruns over random-start seeds 1..seeds: 'min–max | min–max'."""
+    if seeds < 1:
+        return "- | - |"
+    rs = [sim_agents(knobs, cost, n, seed=s) for s in range(1, seeds + 1)]
+    p95 = [r["p95_ms"] for r in rs]
+    ur = [r["underruns"] for r in rs]
+    return f"{min(p95):.0f}–{max(p95):.0f} | {min(ur)}–{max(ur)} |"
+
+
+def candidates(ns: list[int], seeds: int, load: int, rate: float) -> None:
+    print(f"### Combinations (bench spread = seed 0; seeds 1-{seeds}: random starts)\n")
+    print("| combination | N | after 1st sentence p50 / p95 / max ms | underruns | stall ms | seeds: p95 ms | "
+          "seeds: underruns | load p95 s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, k, c in CANDIDATES:
+        ld = sim_load(k, c, load, rate)["p95_s"] if load else float("nan")
+        for n in ns:
+            r = sim_agents(k, c, n)
+            print(f"| {label} | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['max_ms']:.0f} | {r['underruns']} "
+                  f"| {r['stall_ms']:.0f} | {seed_cells(k, c, n, seeds)} {ld:.3f} |", flush=True)
+    print(f"\n### Robustness of A and B (seed 0; seeds 1-{seeds})\n")
+    print("| combination | model change | N | after 1st sentence p50 / p95 / max ms | underruns | stall ms "
+          "| seeds: p95 ms | seeds: underruns | load p95 s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, k in (("A", _BEST), ("B", _ROBUST)):
+        for label, change, n in PERTURB:
+            c = change(_G)
+            ld = sim_load(k, c, load, rate)["p95_s"] if load else float("nan")
+            r = sim_agents(k, c, n)
+            print(f"| {name} | {label} | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['max_ms']:.0f} "
+                  f"| {r['underruns']} | {r['stall_ms']:.0f} | {seed_cells(k, c, n, seeds)} {ld:.3f} |", flush=True)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--agents", default="1,25,50,100")
+    p.add_argument("--agents", default="25,50,100")
     p.add_argument("--load", type=int, default=1000)
     p.add_argument("--rate", type=float, default=100.0)
+    p.add_argument("--calibrate", action="store_true", help="sim vs H200 run 10 at the base settings")
+    p.add_argument("--sweep", default="", help="comma-separated: " + ", ".join(SWEEPS))
+    p.add_argument("--candidates", action="store_true", help="the combinations table and A's robustness")
+    p.add_argument("--seeds", type=int, default=5, help="random-start seeds besides the bench's spread (0: none)")
+    # base settings: the worker's defaults at 4cfb23a and the calibrated costs
+    p.add_argument("--policy", choices=("class", "deadline"), default="class")
+    p.add_argument("--admit-ms", type=float, default=30.0)
+    p.add_argument("--latency-tokens", type=int, default=4096)
     p.add_argument("--max-tokens", type=int, default=16384)
-    p.add_argument("--first-s", type=float, default=0.1, help="scheduler first_deadline_s (deadline policy)")
-    p.add_argument("--host-scale", default="1", help="comma-separated multipliers of the host work")
-    p.add_argument("--model-error", default="1",
-                   help="comma-separated true/predicted engine step time ratios (the scheduler's model is off)")
-    p.add_argument("--later-deadline", choices=("today", "planned", "full"), default="today",
-                   help="deadline of a reply's later segment. today (service now): when the audio already sent "
-                        "runs dry, none before the first audio; planned: today plus an estimate before the first "
-                        "audio (first audio at 0.3 s, then the earlier segments' audio); full: first audio (or "
-                        "0.3 s) + the estimated audio of every earlier segment, sent or still generating")
-    p.add_argument("--only", default="", help="comma-separated row numbers (1-based) of the policy table")
-    p.add_argument("--bucket-step", type=int, default=0,
-                   help="token buckets every this many tokens instead of runner.TOKEN_BUCKETS (what-if)")
-    p.add_argument("--bound", action="store_true",
-                   help="add a row per N: the agents' first segments alone (no later segments) under policy row 5: "
-                        "what first audio is without any other work on this step model")
+    p.add_argument("--first-s", type=float, default=0.1, help="first_deadline_s (deadline policy)")
+    p.add_argument("--codec-len-ms", type=float, default=Cost.codec_len_ms)
+    p.add_argument("--codec-call-ms", type=float, default=Cost.codec_call_ms)
+    p.add_argument("--codec-frame-ms", type=float, default=Cost.codec_frame_ms)
+    p.add_argument("--decode-slow", type=float, default=Cost.decode_slow)
+    p.add_argument("--contention", type=float, default=Cost.contention)
+    p.add_argument("--step-host-ms", type=float, default=Cost.step_host_ms)
     args = p.parse_args()
-    if args.bucket_step:
-        BUCKETS[:] = range(args.bucket_step, 65536 + 1, args.bucket_step)
-    host0 = Host()
-    model = calibration(host0.step_ms + 0.3)  # fixed host work plus ~30 items' worth
-    rows = policies(model, args.first_s)
-    bound_policy = rows[4][1]
-    if args.only:
-        rows = [rows[int(i) - 1] for i in args.only.split(",")]
-    print(f"step model {STEP_TABLE} at the token bucket; host {host0} × scale; max {args.max_tokens} tokens; "
-          f"later-segment deadline before first audio: {args.later_deadline}")
-    for scale in [float(x) for x in args.host_scale.split(",")]:
-        for err in [float(x) for x in args.model_error.split(",")]:
-            host = host0.scaled(scale)
-            print(f"\n## host work x{scale:g}, engine step time x{err:g} of the scheduler's model")
-            print("| policy | N agents | after 1st sentence p50 / p95 / max ms | underruns | stall ms | steps "
-                  "| tokens/step |")
-            print("|---|---|---|---|---|---|---|")
-            for n in [int(x) for x in args.agents.split(",") if x]:
-                for name, kw in rows:
-                    r = sim_agents(make_factory(kw, args.max_tokens), host, n, later_deadline=args.later_deadline,
-                                   engine_scale=err)
-                    print(f"| {name} | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['max_ms']:.0f} "
-                          f"| {r['underruns']} | {r['stall_ms']:.0f} | {r['steps']} | {r['tokens_per_step']:.0f} |",
-                          flush=True)
-                if args.bound:
-                    r = sim_agents(make_factory(bound_policy, args.max_tokens), host, n, engine_scale=err,
-                                   sentences=1)
-                    print(f"| bound: first segments alone | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / "
-                          f"{r['max_ms']:.0f} | - | - | {r['steps']} | {r['tokens_per_step']:.0f} |", flush=True)
-            if args.load:
-                print(f"\n| policy | load {args.load} @ {args.rate:g}/s: p50 / p95 / p99 s | wall s | steps "
-                      "| tokens/step |")
-                print("|---|---|---|---|---|")
-                for name, kw in rows:
-                    r = sim_load(make_factory(kw, args.max_tokens), host, args.load, args.rate, err)
-                    print(f"| {name} | {r['p50_s']:.3f} / {r['p95_s']:.3f} / {r['p99_s']:.3f} | {r['wall_s']:.1f} "
-                          f"| {r['steps']} | {r['tokens_per_step']:.0f} |", flush=True)
+    knobs = Knobs(args.policy, args.admit_ms, args.latency_tokens, args.max_tokens, args.first_s)
+    cost = Cost(args.step_host_ms, args.contention, args.codec_call_ms, args.codec_len_ms, args.codec_frame_ms,
+                args.decode_slow)
+    ns = [int(x) for x in args.agents.split(",") if x]
+    if args.calibrate:
+        calibrate(cost, knobs, args.load, args.rate)
+        return
+    if args.candidates:
+        candidates(ns, args.seeds, args.load, args.rate)
+        return
+    sweeps = [s for s in args.sweep.split(",") if s] or [""]
+    for name in sweeps:
+        title, variants = SWEEPS[name] if name else ("base", [("base", lambda k, c: (k, c))])
+        print(f"\n### {title} (base: {knobs}; {cost})\n")
+        print("| variant " + AGENT_HEAD + f" seeds 1-{args.seeds}: p95 ms | seeds: underruns | load p95 s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for label, change in variants:
+            k, c = change(knobs, cost)
+            ld = sim_load(k, c, args.load, args.rate)["p95_s"] if args.load else float("nan")
+            for n in ns:
+                print(f"| {label} | {n} | {agent_cells(sim_agents(k, c, n))} {seed_cells(k, c, n, args.seeds)} "
+                      f"{ld:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ Model (calibrated against bench/results/omnivoice_serve_h200_run10.md):
   lookahead 2, deadlines as service._segment_request sets them: first audio (sent, or 0.3 s after the first
   unit started) + max(audio sent, 0.9 × estimated audio of every earlier segment).
 
-    .venv/bin/python bench/omnivoice_sched_sim.py --calibrate          # sim vs H200 run 10
-    .venv/bin/python bench/omnivoice_sched_sim.py --sweep codec        # one change at a time (codec|policy|admit|latency)
-    .venv/bin/python bench/omnivoice_sched_sim.py --agents 100 --policy deadline --codec-len-ms 1.5
+    .venv/bin/python bench/omnivoice_sched_sim.py --calibrate     # sim vs H200 run 10 (+ runs 8, 9 cross-checks)
+    .venv/bin/python bench/omnivoice_sched_sim.py --sweep codec,policy,admit,latency,split   # one change at a time
+    .venv/bin/python bench/omnivoice_sched_sim.py --candidates    # combinations, robustness
+    .venv/bin/python bench/omnivoice_sched_sim.py --agents 100 --policy deadline --codec-len-ms 1
 """
 
 from __future__ import annotations
@@ -49,12 +50,12 @@ STEP_MS = {256: 1.70, 512: 2.07, 768: 2.53, 1024: 2.94, 1280: 3.46, 1536: 3.92, 
            7168: 13.94, 8192: 15.26, 9216: 18.69, 10240: 19.51, 12288: 23.37, 14336: 28.84, 16384: 31.10}
 # The bench's texts (bench/omnivoice_serve.py): one string per reply, sent word by word.
 REPLIES = (
-    "Sure, I can help with that. Your order shipped this morning and should arrive on Thursday. "
-    "Is there anything else you would like to know?",
-    "Good question, let me check. The museum opens at nine and closes at six on weekdays. "
-    "Tickets are cheaper if you book them online.",
-    "Thanks for waiting, I found it. The meeting moved to the larger room on the third floor. "
-    "I have already sent the new invitation to everyone.",
+    ("Sure, I can help with that. Your order shipped this morning and should arrive on Thursday. "
+     "Is there anything else you would like to know?"),
+    ("Good question, let me check. The museum opens at nine and closes at six on weekdays. "
+     "Tickets are cheaper if you book them online."),
+    ("Thanks for waiting, I found it. The meeting moved to the larger room on the third floor. "
+     "I have already sent the new invitation to everyone."),
 )
 SHORT_INPUTS = ("Hello there, how are you today?", "Your table is ready now.", "Please hold on a moment.",
                 "The train leaves at five.", "Thank you for calling us.")
@@ -105,6 +106,7 @@ class Cost:
     # step / 4096)
     decode_slow: float = 1.5
     engine_scale: float = 1.0  # step engine time × this (what-if: a faster or slower engine)
+    merge: bool = True  # the decode thread takes everything queued (4cfb23a); False: one job per finishing step
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ class Sim:
             if start > until:
                 return
             n = 0
-            while n < len(self.decode_q) and self.decode_q[n][0] <= start:
+            while n < len(self.decode_q) and (self.decode_q[n][0] <= start if c.merge
+                                              else self.decode_q[n][0] == self.decode_q[0][0]):
                 n += 1
             job, self.decode_q = [r for _, r in self.decode_q[:n]], self.decode_q[n:]
             t = start
@@ -330,11 +333,12 @@ def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed
             self.done[k] = t
             for j in range(len(self.segs)):  # segments are sent in order
                 if self.sent[j] is None:
-                    if self.done[j] is None:
+                    done, before = self.done[j], self.sent[j - 1] if j else None
+                    if done is None:
                         break
-                    self.sent[j] = max(self.done[j], self.sent[j - 1] or 0.0) if j else self.done[j]
+                    sent = self.sent[j] = max(done, before or 0.0)
                     if j + LOOKAHEAD < len(self.segs):  # the lookahead slot frees when segment j is out
-                        self.submit(j + LOOKAHEAD, max(self.emit[j + LOOKAHEAD], self.sent[j]))
+                        self.submit(j + LOOKAHEAD, max(self.emit[j + LOOKAHEAD], sent))
 
     agents = [Agent(a) for a in range(n)]
     for ag in agents:
@@ -382,6 +386,17 @@ RUN10_AGENTS = {1: ("68 / 68", 0, 95, 1.94, "-"), 25: ("95 / 638", 0, 479, 4.41,
 RUN10_LOAD = ("0.195 / 0.245 / 0.341", 10.1, 2373, 3.92, "143 + 157, 32.5 / 27.1")
 
 
+# Cross-checks on earlier code (same costs, no refit): H200 runs 8 and 9 decoded one codec call per finishing
+# step (before 4cfb23a) with the admission interval 0; after-1st-sentence p50 / p95 ms and underruns per N,
+# load p50 / p95 s.
+CROSS = (
+    ("run 9 (class, admit 0, no decode merging)", Knobs(admit_ms=0.0), Cost(merge=False),
+     {25: "84 / 754, 0", 50: "93 / 722, 0", 100: "467 / 774, 68"}, "2.01 / 6.04"),
+    ("run 8 (deadline policy, admit 0, no decode merging)", Knobs(policy="deadline", admit_ms=0.0), Cost(merge=False),
+     {25: "98 / 172, 4", 50: "91 / 149, 33", 100: "369 / 554, 100"}, "1.63 / 2.38"),
+)
+
+
 def calibrate(cost: Cost, knobs: Knobs, load: int, rate: float) -> None:
     print(f"## Calibration: sim vs H200 run 10 ({knobs}, {cost})\n")
     print("| N | source | after 1st sentence p50 / p95 ms | underruns | steps | step mean ms | decode calls, mean ms |")
@@ -400,29 +415,35 @@ def calibrate(cost: Cost, knobs: Knobs, load: int, rate: float) -> None:
     print(f"| sim | {r['p50_s']:.3f} / {r['p95_s']:.3f} / {r['p99_s']:.3f} | {r['wall_s']:.1f} | {r['steps']} "
           f"| {r['step_ms']:.2f} | {r['decode_calls']}, {r['decode_ms']:.1f} ({r['decode_items']:.1f} items, "
           f"{r['decode_lengths']:.1f} lengths) |", flush=True)
+    print("\n| cross-check | N=25: p50 / p95 ms, underruns | N=50 | N=100 | load p50 / p95 s |")
+    print("|---|---|---|---|---|")
+    for label, k, c, measured, measured_load in CROSS:
+        sim = {n: sim_agents(k, c, n) for n in measured}
+        ld = sim_load(k, c, load, rate)
+        print(f"| {label}: H200 | " + " | ".join(measured.values()) + f" | {measured_load} |")
+        print(f"| {label}: sim | " + " | ".join(f"{r['p50_ms']:.0f} / {r['p95_ms']:.0f}, {r['underruns']}"
+                                                 for r in sim.values()) + f" | {ld['p50_s']:.2f} / {ld['p95_s']:.2f} |",
+              flush=True)
 
 
-SWEEPS: dict[str, tuple[str, list[tuple[str, Callable[[Knobs, Cost], tuple[Knobs, Cost]]]]]] = {
+# name → (title, [(label, Knobs changes, Cost changes)]): one change at a time from the base settings
+SWEEPS: dict[str, tuple[str, list[tuple[str, dict[str, Any], dict[str, Any]]]]] = {
     # codec_len_ms × the load slow-down (~1.5 beside the load test's steps) is the ~9 ms per distinct length the
     # run 10 activity lines show; per-length CUDA graphs of the codec should leave ~1.5 ms of it
     "codec": ("codec cost per distinct length under load (codec_len_ms 6 / 1 / 0 × the slow-down)", [
-        ("~9 ms/length (today)", lambda k, c: (k, replace(c, codec_len_ms=6.0))),
-        ("~1.5 ms/length", lambda k, c: (k, replace(c, codec_len_ms=1.0))),
-        ("0 ms/length", lambda k, c: (k, replace(c, codec_len_ms=0.0))),
-        ("no codec cost at all (bound)", lambda k, c: (k, replace(c, codec_len_ms=0.0, codec_call_ms=0.0,
-                                                                   codec_frame_ms=0.0))),
+        ("~9 ms/length (today)", {}, {"codec_len_ms": 6.0}),
+        ("~1.5 ms/length", {}, {"codec_len_ms": 1.0}),
+        ("0 ms/length", {}, {"codec_len_ms": 0.0}),
+        ("no codec cost at all (bound)", {}, {"codec_len_ms": 0.0, "codec_call_ms": 0.0, "codec_frame_ms": 0.0}),
     ]),
-    "policy": ("scheduler policy", [
-        (p, lambda k, c, p=p: (replace(k, policy=p), c)) for p in ("class", "deadline")]),
-    "admit": ("admission interval", [
-        (f"admit {ms:g} ms", lambda k, c, ms=ms: (replace(k, admit_ms=ms), c)) for ms in (0.0, 15.0, 30.0, 60.0)]),
+    "policy": ("scheduler policy", [(p, {"policy": p}, {}) for p in ("class", "deadline")]),
+    "admit": ("admission interval", [(f"admit {ms:g} ms", {"admit_ms": ms}, {}) for ms in (0.0, 15.0, 30.0, 60.0)]),
     "latency": ("latency_batch_tokens", [
-        (f"latency budget {t}", lambda k, c, t=t: (replace(k, latency_batch_tokens=t), c))
-        for t in (2048, 4096, 8192)]),
+        (f"latency budget {t}", {"latency_batch_tokens": t}, {}) for t in (2048, 4096, 8192)]),
     # not a scheduler knob: the service's unit length after the first (config text.target_chars); at 160 the
     # bench's 2nd and 3rd sentences are one ~6.3 s unit that starts at the end of the reply
     "split": ("text.target_chars (units after the first)", [
-        (f"target_chars {t}", lambda k, c, t=t: (replace(k, target_chars=t), c)) for t in (160, 80, 60)]),
+        (f"target_chars {t}", {"target_chars": t}, {}) for t in (160, 80, 60)]),
 }
 
 # Combinations (label, scheduler knobs, costs): today's, then what closes N=100 in the sim, and that minus one
@@ -526,12 +547,12 @@ def main() -> None:
         return
     sweeps = [s for s in args.sweep.split(",") if s] or [""]
     for name in sweeps:
-        title, variants = SWEEPS[name] if name else ("base", [("base", lambda k, c: (k, c))])
+        title, variants = SWEEPS[name] if name else ("base", [("base", {}, {})])
         print(f"\n### {title} (base: {knobs}; {cost})\n")
         print("| variant " + AGENT_HEAD + f" seeds 1-{args.seeds}: p95 ms | seeds: underruns | load p95 s |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for label, change in variants:
-            k, c = change(knobs, cost)
+        for label, knob_changes, cost_changes in variants:
+            k, c = replace(knobs, **knob_changes), replace(cost, **cost_changes)
             ld = sim_load(k, c, args.load, args.rate)["p95_s"] if args.load else float("nan")
             for n in ns:
                 print(f"| {label} | {n} | {agent_cells(sim_agents(k, c, n))} {seed_cells(k, c, n, args.seeds)} "

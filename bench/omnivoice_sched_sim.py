@@ -500,13 +500,13 @@ def candidates(ns: list[int], seeds: int, load: int, rate: float) -> None:
             r = sim_agents(k, c, n)
             print(f"| {label} | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['max_ms']:.0f} | {r['underruns']} "
                   f"| {r['stall_ms']:.0f} | {seed_cells(k, c, n, seeds)} {ld:.3f} |", flush=True)
-    print(f"\n### Robustness of A and B (seed 0; seeds 1-{seeds})\n")
+    print(f"\n### Robustness of A, B and C = B with today's codec (seed 0; seeds 1-{seeds})\n")
     print("| combination | model change | N | after 1st sentence p50 / p95 / max ms | underruns | stall ms "
           "| seeds: p95 ms | seeds: underruns | load p95 s |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, k in (("A", _BEST), ("B", _ROBUST)):
+    for name, k, c0 in (("A", _BEST, _G), ("B", _ROBUST, _G), ("C", _ROBUST, Cost())):
         for label, change, n in PERTURB:
-            c = change(_G)
+            c = change(c0)
             ld = sim_load(k, c, load, rate)["p95_s"] if load else float("nan")
             r = sim_agents(k, c, n)
             print(f"| {name} | {label} | {n} | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['max_ms']:.0f} "

@@ -6,11 +6,10 @@ underruns and load latency", one change at a time. Must not import torch.
 
 Model (calibrated against bench/results/omnivoice_serve_h200_run10.md):
 - a step costs the measured time of its CUDA-graph token bucket (runner.TOKEN_BUCKETS; STEP_MS, H200 run 8
-  warm-up) + host work per step, and is slowed by `contention` × its engine time while a codec decode runs
-  beside it (same GPU, same GIL);
+  warm-up) + host work per step, slowed in proportion to the frames of a codec call running beside it (Cost);
 - one decode thread (worker._decode_loop): it takes every finished segment queued since its last call, decodes
   first segments in one call, then the rest in another; a call costs codec_call_ms + codec_len_ms per DISTINCT
-  length (the codec runs one forward per length);
+  length (the codec runs one forward per length) + codec_frame_ms per frame, longer beside big steps;
 - agents as bench/omnivoice_serve.py sends them (30 words/s, starts spread over 1 s), units as the real
   SentenceBuffer cuts them (two per reply: the first sentence, then the other two merged), the first unit
   started at the word that completes it (the service's speculation), later units when the buffer emits them,

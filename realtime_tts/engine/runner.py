@@ -158,7 +158,7 @@ class RunnerStats:
 
 @dataclass
 class _Graph:
-    graph: torch.cuda.CUDAGraph
+    graph: torch.cuda.CUDAGraph | None  # None: a bucket run eagerly (StepRunner.bucketed)
     layout: Layout  # the static inputs: the slot of each batch row (the empty slot pads) and their layout
     loaded: tuple[int, ...] = ()  # the slot assignments (SlotTable.serial) the layout was last built for
 
@@ -180,7 +180,7 @@ class StepRunner:
                  fused_scoring: bool | None = None, head_tf32: bool = True, fuse_rope: bool = True,
                  max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS, batch_buckets: tuple[int, ...] = BATCH_BUCKETS,
-                 max_slots: int = 1024, max_inflight: int = 2) -> None:
+                 max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False) -> None:
         cuda = model.device.type == "cuda"
         self.model = model
         self.use_fused = cuda if use_fused is None else use_fused
@@ -203,6 +203,10 @@ class StepRunner:
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._inflight: deque[torch.cuda.Event] = deque()
         self.codec_graphs: Any = None  # engine/codec_graphs.CodecGraphs: decode() replays per-length graphs
+        # Without graphs: run each step eagerly in its graph bucket's padded shapes through the graph path's
+        # cached layouts (_load), so the CPU tests exercise that bookkeeping too.
+        self.bucketed = bucketed
+        self._buckets: dict[BucketKey, _Graph] = {}
         if self.use_graphs:
             # Graphs hold the rope tables' addresses: grow them once, now, to the largest bucket.
             model.llm.rope_tables(max(token_buckets), torch.float32)
@@ -338,10 +342,17 @@ class StepRunner:
         key = self.bucket_key(live)
         graph = self._graph_for(key) if self.use_graphs else None
         if graph is not None:
-            assert isinstance(key, BucketKey)
+            assert isinstance(key, BucketKey) and graph.graph is not None
             self._load(graph, live, key)
             graph.graph.replay()
             self.stats.graph_hits += 1
+        elif self.bucketed and isinstance(key, BucketKey):
+            entry = self._buckets.get(key)
+            if entry is None:
+                entry = self._buckets[key] = _Graph(graph=None, layout=self._empty_layout(key))
+            self._load(entry, live, key)
+            self._advance(entry.layout, key.num_tokens)
+            self.stats.graph_misses += 1
         else:
             self._run_eager(live)
             self.stats.graph_misses += 1
@@ -387,14 +398,15 @@ class StepRunner:
         states = [ItemState.start(it) for it in items]
         key = self.bucket_key(states)
         graph = self._graph_for(key) if self.use_graphs else None
-        if graph is None:
+        if graph is None or graph.graph is None:
             return None
         assert isinstance(key, BucketKey)
         self._admit(states)
         self._load(graph, states, key)
         num_steps = max(len(it.reveal) for it in items)
+        cuda_graph = graph.graph
         for _ in range(num_steps):
-            graph.graph.replay()
+            cuda_graph.replay()
         self.stats.graph_hits += num_steps
         self.stats.steps += num_steps
         for s in states:
@@ -489,6 +501,11 @@ class StepRunner:
                 break
         return len(self.graphs) - before
 
+    def _empty_layout(self, key: BucketKey) -> Layout:
+        """A bucket's layout buffers, holding the empty batch (every row the empty slot)."""
+        slots = torch.full((key.batch,), self.table.empty, dtype=torch.long, device=self.model.device)
+        return self.table.layout(slots, key.num_tokens, key.frames)
+
     @torch.inference_mode()
     def capture(self, key: BucketKey) -> _Graph | None:
         """Capture the step graph for one bucket (None when over max_graphs or the memory headroom). The warm-up
@@ -502,8 +519,7 @@ class StepRunner:
             return None
         t0 = time.perf_counter()
         dev = self.model.device
-        slots = torch.full((key.batch,), self.table.empty, dtype=torch.long, device=dev)
-        layout = self.table.layout(slots, key.num_tokens, key.frames)  # the graph's static inputs
+        layout = self._empty_layout(key)  # the graph's static inputs
         stream = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):

@@ -321,3 +321,42 @@ def test_a_grid_with_unrevealed_positions_is_refused_before_the_codec(tiny_check
     grid[3, 4] = model.mask_id
     with pytest.raises(RuntimeError, match="mask id"):
         runner.decode([grid, torch.zeros(8, 10, dtype=torch.long)])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_bucketed_steps_with_random_joins_and_cancels_equal_each_item_alone(model_fp32: OmniVoiceModel,
+                                                                            seed: int) -> None:
+    """The graph path's bookkeeping on the CPU (bucketed: padded bucket shapes, layouts cached per bucket and
+    rebuilt when its items change): items joining at random steps, random cancels whose slots are reused at once
+    by items of other lengths; every finished item's codes equal the item decoded alone."""
+    import random
+
+    rng = random.Random(seed)
+    texts = TEXTS + ["Yes."]
+    items = [prepare(model_fp32, rng.choice(texts), language="en", duration_s=rng.choice([0.4, 0.8, 1.2]),
+                     params=DecodeParams(num_step=rng.choice([3, 5])), seed=i) for i in range(12)]
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False, bucketed=True, max_slots=4,
+                        token_buckets=(128, 256, 512, 1024), batch_buckets=(1, 2, 4))
+    pending, live = list(range(len(items))), []
+    states: dict[int, decoding.ItemState] = {}
+    finished: dict[int, torch.Tensor] = {}
+    cancelled = 0
+    while pending or live:
+        while pending and len(live) < 4 and rng.random() < 0.6:
+            i = pending.pop(0)
+            states[i] = decoding.ItemState.start(items[i])
+            live.append(i)
+        if live and rng.random() < 0.25:
+            i = rng.choice(live)
+            runner.release(states[i])
+            live.remove(i)
+            cancelled += 1
+        if live:
+            runner.step([states[i] for i in live])
+            for i in [i for i in live if states[i].done]:
+                finished[i] = states[i].tokens
+                live.remove(i)
+    assert cancelled and finished and runner.table._serials > 4  # slots were reused
+    assert runner.stats.graph_misses > 0 and len(runner._buckets) > 1
+    for i, codes in finished.items():
+        assert torch.equal(codes, decoding.run(model_fp32, [items[i]])[0]), i

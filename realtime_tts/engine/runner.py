@@ -30,7 +30,11 @@ log = logging.getLogger("realtime_tts.runner")
 TOKEN_BUCKETS = ((256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632, 6144,
                   7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(17408, 65536 + 1, 1024)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
-FRAME_QUANTUM = 32  # Tmax is padded to a multiple of this many frames (1.28 s)
+# Tmax is padded to a multiple of this many frames (2.56 s): few frame buckets, so the start-up captures can
+# cover every length serving meets up to 10 s (with 32, the 6-7 s later units of agent replies landed in
+# 192-frame buckets the start-up had not captured: 25-31 captures mid-serving in every H200 run, ~50-90 ms
+# each, during the first agent burst). Padding frames only costs scoring work (~1% of a step).
+FRAME_QUANTUM = 64
 
 
 def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:
@@ -453,7 +457,7 @@ class StepRunner:
         small batches first (they carry the latency-critical first segments)."""
         keys: list[BucketKey] = []
         for num_b in self.batch_buckets:
-            for frames in (64, 96, 160, 256, 384):
+            for frames in (64, 128, 192, 256, 384):
                 for prefix in prefix_tokens:
                     tokens = _ceil_to(self.token_buckets, num_b * (2 * frames + prefix))
                     if tokens is None or tokens > max_tokens:
@@ -464,7 +468,7 @@ class StepRunner:
         return keys
 
     def serving_keys(self, max_tokens: int, min_item_tokens: int = 100,
-                     frames: tuple[int, ...] = (32, 64, 96, 128, 160)) -> list[BucketKey]:
+                     frames: tuple[int, ...] = (64, 128, 192, 256)) -> list[BucketKey]:
         """The buckets a serving worker's continuous batches land in: any number of items of min_item_tokens
         (a short sentence, ~45 frames) to 2.5 × the frame bucket tokens (cond + uncond rows: the text prefix
         is ~1 token per 2 frames), the longest of them under each frame bucket, up to max_tokens per step.

@@ -247,7 +247,7 @@ def test_serving_keys_cover_mixed_continuous_batches(model_fp32: OmniVoiceModel)
     rng = random.Random(0)
     params = DecodeParams(num_step=4)
     pool = [prepare(model_fp32, t, language="en", duration_s=d, params=params)
-            for t in TEXTS for d in (1.8, 2.8, 3.8, 5.0, 6.0)]
+            for t in TEXTS for d in (1.8, 2.8, 3.8, 5.0, 6.0, 6.6, 8.0, 10.0)]
     for size in (1, 2, 3, 5, 8, 13, 20, 33, 47, 64, 90, 128):
         states = [decoding.ItemState.start(rng.choice(pool)) for _ in range(size)]
         num_tokens = sum(s.item.num_tokens for s in states)

@@ -324,7 +324,7 @@ class StepRunner:
         if any(s.item.params.class_temperature > 0 for s in states):
             return "class_sampling"  # the graphs are captured for argmax tokens
         frames = -(-max(s.item.num_frames for s in states) // FRAME_QUANTUM) * FRAME_QUANTUM
-        return BucketKey(num_tokens, num_b, frames)
+        return BucketKey(num_tokens, num_b, min(frames, self.table.max_frames))
 
     def _slot_ids(self, states: list[ItemState], width: int) -> torch.Tensor:
         """The slots of states padded with the empty slot to `width`: a host tensor, pinned on CUDA so that

@@ -14,9 +14,11 @@ from realtime_tts.model.decoding import PackedBatch
 from realtime_tts.model.sequence import MAX_FRAMES, MAX_STEPS, PreparedItem
 
 # A slot's conditioning prefix (style, text, reference codes) holds at most this many tokens: ~80 s of clone
-# reference at 25 Hz plus its text. Frames: a segment's longest target (sequence.MAX_FRAMES), whole 32s.
+# reference at 25 Hz plus its text. Frames: a segment's longest target (sequence.MAX_FRAMES) rounded up to
+# whole 64s, the runner's frame quantum, so a step of the longest items still fits (runner.bucket_key also caps
+# its frame bucket at the table's width).
 MAX_PREFIX = 2048
-MAX_SLOT_FRAMES = -(-MAX_FRAMES // 32) * 32
+MAX_SLOT_FRAMES = -(-MAX_FRAMES // 64) * 64
 _INT_META = 4  # prefix_len, frames, audio_start, seed
 _FLOAT_META = 4  # guidance, layer_penalty, position_temperature, class_temperature
 
@@ -97,8 +99,16 @@ class SlotTable:
         if not self._free:
             raise RuntimeError("no free decoding slot (more items in flight than the table holds)")
         slot = self._free.pop()
+        try:
+            self._write(slot, item, tokens, step)
+        except BaseException:
+            self._free.append(slot)  # e.g. out of memory while staging: the slot is not lost
+            raise
         self._serials += 1
         self.serial[slot] = self._serials
+        return slot
+
+    def _write(self, slot: int, item: PreparedItem, tokens: torch.Tensor, step: int) -> None:
         c, t = self.num_codebooks, item.num_frames
         prefix_len = item.cond_len - t
         reveal = torch.zeros(self.reveal.shape[1], dtype=torch.long)
@@ -131,7 +141,6 @@ class SlotTable:
         else:
             self.grid[slot, :, :t].copy_(tokens)
         self.fmeta[slot].copy_(dev[o:o + _FLOAT_META].to(torch.int32).view(torch.float32))
-        return slot
 
     def release(self, slot: int) -> None:
         self._free.append(slot)

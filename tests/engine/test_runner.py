@@ -360,3 +360,28 @@ def test_bucketed_steps_with_random_joins_and_cancels_equal_each_item_alone(mode
     assert runner.stats.graph_misses > 0 and len(runner._buckets) > 1
     for i, codes in finished.items():
         assert torch.equal(codes, decoding.run(model_fp32, [items[i]])[0]), i
+
+
+def test_the_longest_segment_steps_in_a_bucket(model_fp32: OmniVoiceModel) -> None:
+    """A segment of the longest length prepare() allows (60 s) fits its frame bucket and its slot, padded with a
+    short one as a graph bucket pads it (a 1504-frame slot under a 1536-frame bucket failed the whole batch)."""
+    from realtime_tts.model.sequence import MAX_FRAMES
+
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False, bucketed=True, max_slots=2)
+    params = DecodeParams(num_step=2)
+    long_ = prepare(model_fp32, TEXTS[2], language="en", duration_s=MAX_FRAMES / 25 - 0.5, params=params, seed=1)
+    short = prepare(model_fp32, TEXTS[1], language="en", duration_s=1.0, params=params, seed=2)
+    states = [decoding.ItemState.start(long_), decoding.ItemState.start(short)]
+    key = runner.bucket_key(states)
+    assert not isinstance(key, str) and key.frames >= long_.num_frames and key.frames <= runner.table.max_frames
+    while not all(s.done for s in states):
+        runner.step(states)
+    assert (states[0].tokens != model_fp32.mask_id).all() and states[0].tokens.shape[1] == long_.num_frames
+
+
+def test_a_failed_assign_keeps_its_slot_free(model_fp32: OmniVoiceModel) -> None:
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False, max_slots=2)
+    item = _items(model_fp32)[0]
+    with pytest.raises(RuntimeError):
+        runner.table.assign(item, torch.zeros(8, 1, dtype=torch.long))  # a grid too short for the item
+    assert runner.table.num_free == 2

@@ -338,6 +338,7 @@ class WorkerLoop:
         self._last_stats: ipc.Stats | None = None
         self._recent_step_ms: list[float] = []
         self._activity = _Activity(time.monotonic())
+        self._activity_lock = threading.Lock()  # the decode thread adds to the window the loop thread swaps
         self.activity_interval_s = 5.0
         # Finished segments are decoded (codec + copy to the host) and sent from one decode thread, so the step
         # loop does not wait for them. The thread takes everything finished since its last call and decodes it
@@ -498,10 +499,11 @@ class WorkerLoop:
         t0 = time.perf_counter()
         try:
             audio = self.backend.decode([s.state for s in segments])
-            act = self._activity
-            act.decodes += 1
-            act.decoded += len(segments)
-            act.decode_s += time.perf_counter() - t0
+            with self._activity_lock:
+                act = self._activity
+                act.decodes += 1
+                act.decoded += len(segments)
+                act.decode_s += time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 — worker-loop edge: only these requests fail
             for request_id in request_ids:
                 self._fail(request_id, exc)
@@ -516,9 +518,10 @@ class WorkerLoop:
         """At most one report per stats_interval_s, and none while idle and unchanged."""
         now = time.monotonic()
         if now - self._activity.since >= self.activity_interval_s:
-            if self._activity.steps or self._activity.decodes:
-                log.info("worker %d: %s", self.options.worker_id, self._activity.line(now))
-            self._activity = _Activity(now)
+            with self._activity_lock:
+                done, self._activity = self._activity, _Activity(now)
+            if done.steps or done.decodes:
+                log.info("worker %d: %s", self.options.worker_id, done.line(now))
         if now - self._last_stats_s < self.options.stats_interval_s:
             return
         s = self.scheduler.stats()

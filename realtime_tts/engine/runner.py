@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from realtime_tts.engine.slots import Layout, SlotTable
+from realtime_tts.engine.slots import FRAME_QUANTUM, Layout, SlotTable
 from realtime_tts.model import decoding
 from realtime_tts.model.decoding import ItemState, PackedBatch
 from realtime_tts.model.network import OmniVoiceModel
@@ -30,11 +30,6 @@ log = logging.getLogger("realtime_tts.runner")
 TOKEN_BUCKETS = ((256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632, 6144,
                   7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(17408, 65536 + 1, 1024)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
-# Tmax is padded to a multiple of this many frames (2.56 s): few frame buckets, so the start-up captures can
-# cover every length serving meets up to 10 s (with 32, the 6-7 s later units of agent replies landed in
-# 192-frame buckets the start-up had not captured: 25-31 captures mid-serving in every H200 run, ~50-90 ms
-# each, during the first agent burst). Padding frames only costs scoring work (~1% of a step).
-FRAME_QUANTUM = 64
 
 
 def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:

@@ -13,12 +13,17 @@ from realtime_tts.errors import BadRequest
 from realtime_tts.model.decoding import PackedBatch
 from realtime_tts.model.sequence import MAX_FRAMES, MAX_STEPS, PreparedItem
 
+# Target grids are padded to a multiple of this many frames (2.56 s) in a step (the runner's frame buckets) and
+# in a slot. Few frame buckets, so the worker's start-up captures can cover every length serving meets up to
+# 10 s (with 32, the 6-7 s later units of agent replies landed in 192-frame buckets the start-up had not
+# captured: 25-31 captures mid-serving in every H200 run, ~50-90 ms each, during the first agent burst).
+# Padding frames only costs scoring work (~1% of a step).
+FRAME_QUANTUM = 64
 # A slot's conditioning prefix (style, text, reference codes) holds at most this many tokens: ~80 s of clone
-# reference at 25 Hz plus its text. Frames: a segment's longest target (sequence.MAX_FRAMES) rounded up to
-# whole 64s, the runner's frame quantum, so a step of the longest items still fits (runner.bucket_key also caps
-# its frame bucket at the table's width).
+# reference at 25 Hz plus its text. Frames: a segment's longest target (sequence.MAX_FRAMES), whole quanta, so a
+# step of the longest items still fits (runner.bucket_key also caps its frame bucket at the table's width).
 MAX_PREFIX = 2048
-MAX_SLOT_FRAMES = -(-MAX_FRAMES // 64) * 64
+MAX_SLOT_FRAMES = -(-MAX_FRAMES // FRAME_QUANTUM) * FRAME_QUANTUM
 _INT_META = 4  # prefix_len, frames, audio_start, seed
 _FLOAT_META = 4  # guidance, layer_penalty, position_temperature, class_temperature
 

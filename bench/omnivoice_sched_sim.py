@@ -36,6 +36,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from omnivoice_serve import (  # the serving bench's texts (this script's folder is on the path)
+    REPLIES,
+    SHORT_INPUTS,
+)
+
 from realtime_tts.config import load_config
 from realtime_tts.engine.runner import TOKEN_BUCKETS
 from realtime_tts.engine.scheduler import Scheduler, StepTimeModel
@@ -47,17 +52,6 @@ from realtime_tts.text import SentenceBuffer
 STEP_MS = {256: 1.70, 512: 2.07, 768: 2.53, 1024: 2.94, 1280: 3.46, 1536: 3.92, 1792: 4.57, 2048: 4.86,
            2560: 5.58, 3072: 6.58, 3584: 7.56, 4096: 8.17, 4608: 9.41, 5120: 10.23, 5632: 11.12, 6144: 12.23,
            7168: 13.94, 8192: 15.26, 9216: 18.69, 10240: 19.51, 12288: 23.37, 14336: 28.84, 16384: 31.10}
-# The bench's texts (bench/omnivoice_serve.py): one string per reply, sent word by word.
-REPLIES = (
-    ("Sure, I can help with that. Your order shipped this morning and should arrive on Thursday. "
-     "Is there anything else you would like to know?"),
-    ("Good question, let me check. The museum opens at nine and closes at six on weekdays. "
-     "Tickets are cheaper if you book them online."),
-    ("Thanks for waiting, I found it. The meeting moved to the larger room on the third floor. "
-     "I have already sent the new invitation to everyone."),
-)
-SHORT_INPUTS = ("Hello there, how are you today?", "Your table is ready now.", "Please hold on a moment.",
-                "The train leaves at five.", "Thank you for calling us.")
 NUM_STEP = 32
 FRAME_HZ = 25.0
 LOOKAHEAD = 2  # service._LOOKAHEAD["concurrent"]

@@ -172,14 +172,16 @@ class StepRunner:
     fp32 tensors (not with class-temperature sampling). use_graphs: CUDA graphs per (tokens, batch, frames)
     bucket, captured on the first step that needs one (or ahead with capture()) while the card keeps
     min_free_bytes free and fewer than max_graphs exist; anything else runs eagerly and counts as a miss
-    (stats.miss_reasons says why).
+    (stats.miss_reasons says why). codec_graph_frames > 0 (CUDA): decode() replays per-length CUDA graphs of
+    the codec for segments up to that many frames (engine/codec_graphs.py).
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
                  fused_scoring: bool | None = None, head_tf32: bool = True, fuse_rope: bool = True,
                  max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS, batch_buckets: tuple[int, ...] = BATCH_BUCKETS,
-                 max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False) -> None:
+                 max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
+                 codec_graph_frames: int = 0) -> None:
         cuda = model.device.type == "cuda"
         self.model = model
         self.use_fused = cuda if use_fused is None else use_fused
@@ -201,7 +203,11 @@ class StepRunner:
         self.stats = RunnerStats()
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._inflight: deque[torch.cuda.Event] = deque()
-        self.codec_graphs: Any = None  # engine/codec_graphs.CodecGraphs: decode() replays per-length graphs
+        self.codec_graphs: Any = None
+        if codec_graph_frames > 0 and cuda:
+            from realtime_tts.engine.codec_graphs import CodecGraphs
+
+            self.codec_graphs = CodecGraphs(model.codec, codec_graph_frames)
         # Without graphs: run each step eagerly in its graph bucket's padded shapes through the graph path's
         # cached layouts (_load), so the CPU tests exercise that bookkeeping too.
         self.bucketed = bucketed
@@ -421,12 +427,14 @@ class StepRunner:
     def decode(self, states_or_codes: list[Any]) -> list[Any]:
         """Finished code grids → waveforms, batched across items of equal length by the codec."""
         codes = [s.tokens if isinstance(s, ItemState) else s for s in states_or_codes]
+        if not codes:
+            return []
         # A grid with a code the codec has no entry for (a mask left unrevealed: an engine bug) would trip a
         # device-side assert in the codec's lookup and take the whole worker down; fail just these segments.
-        highest = torch.stack([c.max() for c in codes]).cpu() if codes else torch.zeros(0)
-        if codes and int(highest.max()) >= self.model.mask_id:  # codes are 0 .. mask_id - 1
-            raise RuntimeError(f"{int((highest >= self.model.mask_id).sum())} of {len(codes)} finished grids "
-                               "hold the mask id (unrevealed positions)")
+        # One reduction over all grids (the decode waits for them anyway).
+        masked = int((torch.cat([c.reshape(-1) for c in codes]) >= self.model.mask_id).sum())  # codes < mask_id
+        if masked:
+            raise RuntimeError(f"finished grids hold the mask id at {masked} positions (unrevealed)")
         codec = self.codec_graphs if self.codec_graphs is not None else self.model.codec
         waves: list[Any] = codec.decode(codes)
         return waves

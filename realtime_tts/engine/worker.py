@@ -95,11 +95,8 @@ class ModelBackend:
                                                        device=options.device)
         # Room for every bucket serving_keys() lists (~290 at a 16k budget; each holds only its small static
         # inputs, the graphs share one memory pool).
-        self.runner = _Runner(self.model, max_graphs=400, max_slots=options.max_active)
-        if options.codec_graph_frames > 0 and self.model.device.type == "cuda":
-            from realtime_tts.engine.codec_graphs import CodecGraphs
-
-            self.runner.codec_graphs = CodecGraphs(self.model.codec, options.codec_graph_frames)
+        self.runner = _Runner(self.model, max_graphs=400, max_slots=options.max_active,
+                              codec_graph_frames=options.codec_graph_frames)
         self._budget = options.max_batch_tokens
         self._policy = options.policy
         self.device = options.device

@@ -24,8 +24,8 @@ FRAME_QUANTUM = 64
 # step of the longest items still fits (runner.bucket_key also caps its frame bucket at the table's width).
 MAX_PREFIX = 2048
 MAX_SLOT_FRAMES = -(-MAX_FRAMES // FRAME_QUANTUM) * FRAME_QUANTUM
-_INT_META = 4  # prefix_len, frames, audio_start, seed
-_FLOAT_META = 4  # guidance, layer_penalty, position_temperature, class_temperature
+_INT_META = 4  # meta columns: prefix_len, frames, audio_start, seed
+_FLOAT_META = 4  # fmeta columns: guidance, layer_penalty, position_temperature, class_temperature
 
 
 @dataclass
@@ -55,8 +55,7 @@ class SlotTable:
     step index, reveal schedule and sampling parameters. The last slot is the empty item that pads a graph's
     batch rows (zero-length rows, never attended, its writes are ignored).
 
-    assign() writes an item in (one pinned host→device copy, then device copies, all enqueued on the current
-    stream); layout() maps a [Bb] tensor of slots to packed positions (when a batch changes); pack() gathers a
+    assign() writes an item in (asynchronous copies from pinned memory, enqueued on the current stream); layout() maps a [Bb] tensor of slots to packed positions (when a batch changes); pack() gathers a
     step's PackedBatch through a layout; write_back() stores a step's results. Slot reuse is safe without
     syncs: every use is stream-ordered.
     """
@@ -114,38 +113,30 @@ class SlotTable:
         return slot
 
     def _write(self, slot: int, item: PreparedItem, tokens: torch.Tensor, step: int) -> None:
-        c, t = self.num_codebooks, item.num_frames
+        t = item.num_frames
+        if tuple(tokens.shape) != (self.num_codebooks, t):  # copy_ would broadcast a short grid silently
+            raise RuntimeError(f"grid {tuple(tokens.shape)} does not match the item's [{self.num_codebooks}, {t}]")
         prefix_len = item.cond_len - t
         reveal = torch.zeros(self.reveal.shape[1], dtype=torch.long)
         reveal[:len(item.reveal)] = torch.tensor(item.reveal, dtype=torch.long)
-        ints = [torch.tensor([prefix_len, t, item.audio_start, item.seed, step], dtype=torch.long), reveal,
-                item.cond_ids[:, :prefix_len].reshape(-1).long()]
-        on_host = tokens.device.type == "cpu"
-        if on_host:
-            ints.append(tokens.reshape(-1).long())
         p = item.params
-        floats = torch.tensor([p.guidance_scale, p.layer_penalty, p.position_temperature, p.class_temperature],
-                              dtype=torch.float32)
-        # One pinned staging buffer per item: the copy is asynchronous, and the caching host allocator keeps the
-        # block until the copy has run.
-        packed = torch.cat(ints + [floats.view(torch.int32).long()])
-        dev = packed.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else packed
-        w = self.reveal.shape[1]
-        self.meta[slot].copy_(dev[:_INT_META])
-        self.step[slot] = dev[_INT_META]
-        o = _INT_META + 1
-        self.reveal[slot].copy_(dev[o:o + w])
-        o += w
+        put = self._put
+        put(self.meta[slot], torch.tensor([prefix_len, t, item.audio_start, item.seed], dtype=torch.long))
+        put(self.step[slot:slot + 1], torch.tensor([step], dtype=torch.long))
+        put(self.reveal[slot], reveal)
+        put(self.fmeta[slot], torch.tensor([p.guidance_scale, p.layer_penalty, p.position_temperature,
+                                            p.class_temperature], dtype=torch.float32))
         if prefix_len:
-            self.prefix[slot, :, :prefix_len].copy_(dev[o:o + c * prefix_len].view(c, prefix_len))
-        o += c * prefix_len
+            put(self.prefix[slot, :, :prefix_len], item.cond_ids[:, :prefix_len].to(torch.int32))
         self.grid[slot].fill_(self.mask_id)
-        if on_host:
-            self.grid[slot, :, :t].copy_(dev[o:o + c * t].view(c, t))
-            o += c * t
-        else:
-            self.grid[slot, :, :t].copy_(tokens)
-        self.fmeta[slot].copy_(dev[o:o + _FLOAT_META].to(torch.int32).view(torch.float32))
+        put(self.grid[slot, :, :t], tokens.to(torch.int32))
+
+    def _put(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy into a table without waiting for the device: host data goes through pinned memory (the caching
+        host allocator keeps each block until its copy has run)."""
+        if src.device.type == "cpu" and self.device.type == "cuda":
+            src = src.pin_memory()
+        dst.copy_(src, non_blocking=True)
 
     def release(self, slot: int) -> None:
         self._free.append(slot)

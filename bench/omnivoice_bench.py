@@ -229,22 +229,18 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
     # Single utterance on an idle engine: the worker's path (step() per step, re-using the graph).
     items = our_items(model, "design", 1, args.dur, args.steps)
     runner.run(items)  # warm
-    lat = []
-    lat_graphed = []
+    def utterance_s(run: Any) -> float:
+        """One 6 s design utterance end to end: prepare, steps through `run`, codec decode."""
+        sync()
+        t1 = time.perf_counter()
+        model.codec.decode(run(our_items(model, "design", 1, args.dur, args.steps)))
+        sync()
+        return time.perf_counter() - t1
+
+    lat, lat_graphed = [], []
     for _ in range(5):
-        sync()
-        t1 = time.perf_counter()
-        items = our_items(model, "design", 1, args.dur, args.steps)
-        codes = runner.run(items)
-        model.codec.decode(codes)
-        sync()
-        lat.append(time.perf_counter() - t1)
-        t1 = time.perf_counter()
-        items = our_items(model, "design", 1, args.dur, args.steps)
-        codes = runner.run_graphed(items)
-        model.codec.decode(codes)
-        sync()
-        lat_graphed.append(time.perf_counter() - t1)
+        lat.append(utterance_s(runner.run))
+        lat_graphed.append(utterance_s(runner.run_graphed))
     emit(out_dir, {"kind": "latency", "impl": "ours", "mode": "design", "dur_s": args.dur, "num_step": args.steps,
                    "step_path_ms_median": round(1000 * statistics.median(lat), 1),
                    "step_path_ms_min": round(1000 * min(lat), 1),

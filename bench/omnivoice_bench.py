@@ -277,20 +277,28 @@ def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace
 
 
 def profile_ours(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace) -> None:
-    """Kernel time table of one eager fused step at B=64 design (what the graph replays)."""
+    """Kernel time tables at B=args.profile_batch design: one eager fused step (what the graph replays) and the
+    codec decode of that many 6 s grids."""
     from torch.profiler import ProfilerActivity, profile
 
     from realtime_tts.model import decoding
 
-    items = our_items(model, "design", 64, args.dur, args.steps)
+    num = args.profile_batch
+    items = our_items(model, "design", num, args.dur, args.steps)
     batch = decoding.pack([decoding.ItemState.start(it, "cuda") for it in items], "cuda")
-    runner.forward_step(batch)
-    sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        runner.forward_step(batch)
-        sync()
-    (out_dir / "omnivoice_profile.txt").write_text(
-        prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+    grids = torch.stack([batch.tokens[i, :, :items[i].num_frames].clamp(max=1023) for i in range(num)])
+    tables = []
+    for name, work in (("step", lambda: runner.forward_step(batch)),
+                       ("codec decode", lambda: model.codec.model.decode(grids))):
+        with torch.inference_mode():
+            work()
+            sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                work()
+                sync()
+        tables.append(f"## {name}, B={num} design {args.dur} s\n\n"
+                      + prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=70))
+    (out_dir / "omnivoice_profile.txt").write_text("\n\n".join(tables))
 
 
 def bench_reference(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
@@ -376,6 +384,7 @@ def main() -> None:
     p.add_argument("--no-ref", action="store_true")
     p.add_argument("--no-kernels", action="store_true")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--profile-batch", type=int, default=128)
     p.add_argument("--pipeline", type=int, default=3, help="batches in the steady-state pipelined run (0: off)")
     args = p.parse_args()
     out_dir = Path(args.out_dir)

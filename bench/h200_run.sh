@@ -25,9 +25,13 @@ fi
 if [ "${BULK:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
     budget=${BULK_S:-200}
     [ "$budget" -gt "$(( $(left) - 30 ))" ] && budget=$(( $(left) - 30 ))
+    # SM clock and power every 200 ms beside the bench: a sustained GEMM load may run below the boost clock
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 200 \
+        > "$OUT/smi_bulk.csv" 2>/dev/null & smi=$!
     timeout $((budget + 30)) python3 bench/omnivoice_bench.py --ckpt "$ckpt" --out-dir "$OUT" --budget-s "$budget" \
         ${BULK_ARGS:-} >> "$log" 2>&1
     echo "bulk: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+    kill $smi 2>/dev/null
     cat "$OUT/omnivoice_bench.md" 2>/dev/null | grep -E '^\| (ours|reference)|^Single'
 fi
 serve() {  # serve NAME SERVER_ARGS SECONDS

@@ -277,8 +277,9 @@ def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace
 
 
 def profile_ours(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace) -> None:
-    """Kernel time tables at B=args.profile_batch design: one eager fused step (what the graph replays) and the
-    codec decode of that many 6 s grids."""
+    """Kernel time tables at B=args.profile_batch design: one eager fused step (what the graph replays), the
+    codec decode of that many 6 s grids, and a whole batch's graph replays (does the graph run the eager
+    step's kernels at the same speed?)."""
     from torch.profiler import ProfilerActivity, profile
 
     from realtime_tts.model import decoding
@@ -288,8 +289,12 @@ def profile_ours(model: Any, runner: Any, out_dir: Path, args: argparse.Namespac
     batch = decoding.pack([decoding.ItemState.start(it, "cuda") for it in items], "cuda")
     grids = torch.stack([batch.tokens[i, :, :items[i].num_frames].clamp(max=1023) for i in range(num)])
     tables = []
+    def replayed() -> None:  # 32 graph replays, as the bulk table runs them (admission included)
+        runner.enqueue(our_items(model, "design", num, args.dur, args.steps))
+
     for name, work in (("step", lambda: runner.forward_step(batch)),
-                       ("codec decode", lambda: model.codec.model.decode(grids))):
+                       ("codec decode", lambda: model.codec.model.decode(grids)),
+                       (f"{args.steps} graph replays", replayed)):
         with torch.inference_mode():
             work()
             sync()

@@ -15,6 +15,7 @@ from realtime_tts.engine.kernels.embed import embed, embed_ref
 from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
 from realtime_tts.engine.kernels.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
 from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
+from realtime_tts.engine.kernels.snake import snake, snake_ref, use_fused_snake
 from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 
 __all__ = [
@@ -33,6 +34,9 @@ __all__ = [
     "rope_cos_sin",
     "silu_mul",
     "silu_mul_ref",
+    "snake",
+    "snake_ref",
+    "use_fused_snake",
     "varlen_attention",
     "varlen_attention_ref",
     "varlen_attention_rope",

@@ -1,0 +1,134 @@
+"""Snake activation of the codec decoder (DAC's Snake1d: y = x + 1/(alpha + 1e-9) · sin(alpha·x)²) in one pass
+over [B, C, T], and the switch that points a loaded codec's Snake1d modules at it (or back) in place.
+
+Worker processes only (torch, triton); never edits or imports from transformers' modeling files.
+"""
+# @triton.jit kernels are untyped by nature:
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+# Triton's interpreter has no libdevice: there the kernel takes tl.sin (numpy's sin), on CUDA it takes
+# libdevice's __nv_sinf, the same full-precision sinf torch's eager sin calls.
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _snake_kernel(x_ptr, alpha_ptr, out_ptr, num_rows, num_channels, length, stride_xb, stride_xc, stride_ob,
+                  stride_oc, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PRECISE_SIN: tl.constexpr):
+    # One program: a tile of BLOCK_R (batch, channel) rows × BLOCK_T samples; short rows (the decoder's first
+    # stages) share a program instead of leaving most of its lanes masked.
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
+    t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)  # [BLOCK_T]
+    row_ok = rows < num_rows
+    b = (rows // num_channels).to(tl.int64)
+    c = rows % num_channels
+    alpha = tl.load(alpha_ptr + c, mask=row_ok, other=1.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
+    mask = row_ok[:, None] & (t < length)[None, :]
+    x_off = (b * stride_xb + c.to(tl.int64) * stride_xc)[:, None] + t[None, :]
+    x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
+    # The eager module's op order: reciprocal(alpha + 1e-9) (IEEE division, as torch's), sin(alpha·x), squared
+    # by a product (torch's pow(2)), times the reciprocal, plus x.
+    inv = tl.math.div_rn(tl.full(alpha.shape, 1.0, tl.float32), alpha + 1e-9)
+    ax = alpha * x
+    if PRECISE_SIN:
+        s = libdevice.sin(ax)
+    else:
+        s = tl.sin(ax)
+    y = x + inv * (s * s)
+    out_off = (b * stride_ob + c.to(tl.int64) * stride_oc)[:, None] + t[None, :]
+    tl.store(out_ptr + out_off, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# Elements per program. The interpreter runs programs one at a time in Python (~20 ms each), so it gets
+# big tiles (tests pass tile= to cross tile edges anyway).
+_TILE = 16384 if _INTERPRET else 1024
+
+
+def snake(x: torch.Tensor, alpha: torch.Tensor, tile: int = _TILE) -> torch.Tensor:
+    """x: [B, C, ...] (trailing dims are flattened as Snake1d does), alpha: [1, C, 1] → a new tensor like x.
+
+    Rows may be strided (a view cut along the last axis is fine); a last axis that is not unit-stride is
+    made contiguous first. No host syncs: safe inside CUDA graph capture once the kernel is compiled.
+    """
+    shape = x.shape
+    x3 = x.reshape(shape[0], shape[1], -1)  # [B, C, T]
+    if x3.stride(2) != 1 and x3.shape[2] > 1:
+        x3 = x3.contiguous()
+    num_batch, num_channels, length = x3.shape
+    assert alpha.numel() == num_channels, f"alpha has {alpha.numel()} values for {num_channels} channels"
+    alpha_flat = alpha.reshape(num_channels)
+    if not alpha_flat.is_contiguous():
+        alpha_flat = alpha_flat.contiguous()
+    out = torch.empty(num_batch, num_channels, length, dtype=x.dtype, device=x.device)  # [B, C, T]
+    num_rows = num_batch * num_channels
+    if out.numel():
+        block_t = min(tile, triton.next_power_of_2(length))
+        block_r = tile // block_t
+        grid = (triton.cdiv(num_rows, block_r), triton.cdiv(length, block_t))
+        _snake_kernel[grid](x3, alpha_flat, out, num_rows, num_channels, length, x3.stride(0), x3.stride(1),
+                            out.stride(0), out.stride(1), BLOCK_R=block_r, BLOCK_T=block_t,
+                            PRECISE_SIN=not _INTERPRET, num_warps=4)
+    return out.view(shape)
+
+
+def snake_ref(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """The eager Snake1d formula, op for op (plain torch)."""
+    shape = x.shape
+    x3 = x.reshape(shape[0], shape[1], -1)
+    y = x3 + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x3).pow(2)
+    return y.reshape(shape)
+
+
+def _fused_forward(self: torch.nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    alpha: torch.Tensor = self.alpha  # type: ignore[assignment]
+    if hidden_states.is_cuda or _INTERPRET:
+        return snake(hidden_states, alpha)
+    stock_forward = _stock_class(type(self)).forward  # CPU without the interpreter: transformers' path
+    out: torch.Tensor = stock_forward(self, hidden_states)
+    return out
+
+
+_FUSED: dict[type[torch.nn.Module], type[torch.nn.Module]] = {}  # stock Snake1d class → its fused subclass
+
+
+def _stock_class(cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
+    return cls.__bases__[0] if cls in _FUSED.values() else cls
+
+
+def _fused_class(stock: type[torch.nn.Module]) -> type[torch.nn.Module]:
+    if stock not in _FUSED:
+        _FUSED[stock] = type("Fused" + stock.__name__, (stock,), {"forward": _fused_forward, "__module__": __name__})
+    return _FUSED[stock]
+
+
+def _is_snake(module: torch.nn.Module) -> bool:
+    alpha = getattr(module, "alpha", None)
+    return (_stock_class(type(module)).__name__ == "Snake1d" and isinstance(alpha, torch.Tensor)
+            and alpha.dim() == 3 and alpha.shape[0] == 1 and alpha.shape[2] == 1)
+
+
+def use_fused_snake(model: torch.nn.Module, enabled: bool = True) -> int:
+    """Switch every Snake1d module under `model` (e.g. a codec's HiggsAudioV2TokenizerModel) to the fused kernel,
+    or back to transformers' stock forward with enabled=False → how many modules changed.
+
+    In place, by class: each module becomes an instance of a subclass of its own Snake1d class that only
+    overrides forward, so it keeps its alpha Parameter, state-dict keys and isinstance checks. Idempotent.
+    """
+    changed = 0
+    for module in model.modules():
+        if not _is_snake(module):
+            continue
+        stock = _stock_class(type(module))
+        target = _fused_class(stock) if enabled else stock
+        if type(module) is not target:
+            module.__class__ = target
+            changed += 1
+    return changed

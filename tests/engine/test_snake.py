@@ -1,0 +1,120 @@
+"""The fused Snake kernel against its plain-torch reference (CPU: Triton's interpreter; CUDA: native), and a tiny
+codec that decodes the same audio before and after its Snake1d modules are switched to the kernel."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Must be set before the kernels are decorated (at import of the package below).
+    os.environ["TRITON_INTERPRET"] = "1"
+
+triton = pytest.importorskip("triton")
+
+from realtime_tts.engine import kernels
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _alpha(num_channels: int, g: torch.Generator) -> torch.Tensor:
+    # trained alphas are spread around 1; 0.05 keeps 1/alpha large, as a few real channels have it
+    a = 0.05 + 2 * torch.rand(1, num_channels, 1, generator=g)
+    return a.to(DEVICE)
+
+
+def _check(out: torch.Tensor, x: torch.Tensor, alpha: torch.Tensor) -> None:
+    ref = kernels.snake_ref(x, alpha)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    # the same fp32 op order: only the sin implementations (and a possible fused multiply-add) differ
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
+    exact = kernels.snake_ref(x.double(), alpha.double())
+    assert float((out.double() - exact).abs().max()) <= 1e-5 * float(exact.abs().max())
+
+
+@pytest.mark.parametrize("tile", [64, 1024])  # 1024: the CUDA tile; 64: many row and sample tile edges
+@pytest.mark.parametrize("shape", [(3, 5, 37), (2, 7, 1), (1, 3, 1500), (2, 1, 2049), (2, 3, 4, 5)])
+def test_snake_matches_reference(shape: tuple[int, ...], tile: int) -> None:
+    g = torch.Generator().manual_seed(sum(shape))
+    x = (4 * torch.randn(*shape, generator=g)).to(DEVICE)
+    alpha = _alpha(shape[1], g)
+    _check(kernels.snake(x, alpha, tile=tile), x, alpha)
+
+
+def test_snake_on_strided_and_transposed_inputs() -> None:
+    g = torch.Generator().manual_seed(7)
+    wide = (3 * torch.randn(2, 6, 90, generator=g)).to(DEVICE)
+    alpha = _alpha(6, g)
+    view = wide[:, :, 5:75]  # rows strided by 90, unit-stride samples
+    _check(kernels.snake(view, alpha, tile=256), view, alpha)
+    chans_last = (3 * torch.randn(2, 40, 6, generator=g)).to(DEVICE).transpose(1, 2)  # [2, 6, 40], t-stride 6
+    _check(kernels.snake(chans_last, alpha, tile=64), chans_last, alpha)
+
+
+def test_snake_is_per_channel() -> None:
+    # one channel's alpha changed: only that channel's output moves
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, 33, generator=g).to(DEVICE)
+    alpha = _alpha(4, g)
+    before = kernels.snake(x, alpha)
+    alpha2 = alpha.clone()
+    alpha2[0, 2, 0] += 0.5
+    after = kernels.snake(x, alpha2)
+    moved = (after != before).any(dim=2).any(dim=0)  # [4]
+    assert moved.tolist() == [False, False, True, False]
+
+
+def _tiny_codec(tiny_checkpoint: Path, device: str) -> torch.nn.Module:
+    from realtime_tts.model import OmniVoiceModel
+
+    model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device=device)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():  # the random checkpoint's alphas are all 1: spread them so channel mix-ups show
+        for name, p in model.codec.model.named_parameters():
+            if name.endswith("alpha"):
+                p.copy_(0.3 + 1.5 * torch.rand(p.shape, generator=g))
+    return model.codec  # type: ignore[no-any-return]
+
+
+def _decode_before_and_after(codec: torch.nn.Module, lengths: tuple[int, ...]) -> None:
+    g = torch.Generator().manual_seed(0)
+    grids = [torch.randint(0, 1024, (8, t), generator=g) for t in lengths]
+    num_snakes = sum(1 for m in codec.model.modules() if type(m).__name__ == "Snake1d")
+    stock = codec.decode(grids)
+    assert kernels.use_fused_snake(codec.model) == num_snakes > 0
+    assert kernels.use_fused_snake(codec.model) == 0  # idempotent
+    assert all(type(m).__name__ != "Snake1d" for m in codec.model.modules())
+    fused = codec.decode(grids)
+    for a, b in zip(fused, stock, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    assert kernels.use_fused_snake(codec.model, enabled=False) == num_snakes
+    restored = codec.decode(grids)
+    for a, b in zip(restored, stock, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_tiny_codec_decodes_the_same_audio_after_switching(tiny_checkpoint: Path) -> None:
+    codec = _tiny_codec(tiny_checkpoint, DEVICE)
+    _decode_before_and_after(codec, (5, 5, 7))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_tiny_codec_on_cuda_switched_and_graph_captured(tiny_checkpoint: Path) -> None:
+    from realtime_tts.engine.codec_graphs import CodecGraphs
+
+    codec = _tiny_codec(tiny_checkpoint, "cuda")
+    _decode_before_and_after(codec, (10, 10, 17, 150))
+    g = torch.Generator().manual_seed(1)
+    grids = [torch.randint(0, 1024, (8, t), generator=g).cuda() for t in (10, 17, 17)]
+    stock = codec.decode(grids)
+    kernels.use_fused_snake(codec.model)
+    graphs = CodecGraphs(codec, max_frames=64)  # type: ignore[arg-type]
+    for _round in range(2):  # captured with the fused modules, then replayed
+        for a, b in zip(graphs.decode(grids), stock, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    assert graphs.stats.captured == 2 and not graphs.stats.failed_lengths

@@ -216,3 +216,137 @@ def test_embed_matches_reference(dtype: torch.dtype) -> None:
     ref = kernels.embed_ref(ids, audio_mask, text.double(), audio.double(), audio_vocab)
     assert out.dtype == torch.float32
     assert rel_err(out, ref) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens_per_program", [1, 4])
+def test_head_norm_rope_on_k_view_matches_reference(dtype: torch.dtype, tokens_per_program: int) -> None:
+    g = gen(11)
+    num_q, num_kv, head_dim = 4, 3, 32  # 3 kv heads: the head block is padded to 4 and masked
+    lens = [6, 11]  # 17 tokens: the last program of 4 tokens is partly past the end
+    num_tokens = sum(lens)
+    positions = torch.cat([torch.arange(n) for n in lens]).to(DEVICE)
+    qkv = (2 * torch.randn(num_tokens, (num_q + 2 * num_kv) * head_dim, generator=g)).to(DEVICE, dtype)
+    heads = qkv.view(num_tokens, num_q + 2 * num_kv, head_dim)
+    q, k = heads[:, :num_q], heads[:, num_q:num_q + num_kv]
+    kw = (1 + 0.2 * torch.randn(head_dim, generator=g)).to(DEVICE, dtype)
+    cos_t, sin_t = kernels.rope_cos_sin(torch.arange(64, device=DEVICE), head_dim, 1e6, torch.float32)
+    _, ref_k = kernels.qk_norm_rope_ref(q.double(), k.double(), kw.double(), kw.double(),
+                                        cos_t[positions].double(), sin_t[positions].double(), 1e-6)
+    before = qkv.clone()
+    kernels.head_norm_rope(k, kw, positions, cos_t, sin_t, 1e-6, tokens_per_program=tokens_per_program)
+    assert rel_err(k, ref_k) < tol(dtype)
+    rest = before.view_as(heads).clone()
+    rest[:, num_q:num_q + num_kv] = heads[:, num_q:num_q + num_kv]
+    assert torch.equal(heads, rest), "only k is written"
+
+
+def _raw_qkv(seed: int, num_tokens: int, shape: tuple[int, int, int], dtype: torch.dtype) -> torch.Tensor:
+    num_q, num_kv, head_dim = shape
+    g = gen(seed)
+    return (2 * torch.randn(num_tokens, (num_q + 2 * num_kv) * head_dim, generator=g)).to(DEVICE, dtype)
+
+
+# (q heads, kv heads, head_dim), row lengths: odd lengths, a 1-token row; GQA groups 2, 4 and 3 (3 does not
+# stack into a power-of-two tile: one head per program). Case 1 also runs 32-token per-head tiles.
+ATTN_CASES = [((4, 2, 32), [37, 1, 70, 5]), ((8, 2, 16), [23, 9]), ((6, 2, 32), [19, 33])]
+
+
+@pytest.mark.parametrize("dtype", ATTN_DTYPES)
+@pytest.mark.parametrize("mode", ["split", "q_fused"])
+@pytest.mark.parametrize(("case", "heads_per_program"), [(0, 1), (0, None), (1, None), (2, None)])
+def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype, mode: str, case: int,
+                                                             heads_per_program: int | None) -> None:
+    shape, lens = ATTN_CASES[case]
+    num_q, num_kv, head_dim = shape
+    real = sum(lens)
+    num_tokens = real + 3  # 3 padding tokens past the rows (a graph bucket's tail): never attended or written
+    qkv = _raw_qkv(12 + case, num_tokens, shape, dtype)
+    heads = qkv.view(num_tokens, num_q + 2 * num_kv, head_dim)
+    q, k, v = heads[:, :num_q], heads[:, num_q:num_q + num_kv], heads[:, num_q + num_kv:]
+    g = gen(20 + case)
+    qw = (1 + 0.2 * torch.randn(head_dim, generator=g)).to(DEVICE, dtype)
+    kw = (1 + 0.2 * torch.randn(head_dim, generator=g)).to(DEVICE, dtype)
+    positions = torch.cat([torch.arange(n) for n in lens] + [torch.zeros(3, dtype=torch.int64)]).to(DEVICE)
+    cos_t, sin_t = kernels.rope_cos_sin(torch.arange(128, device=DEVICE), head_dim, 1e6, torch.float32)
+    cu = _cu(lens + [0, 0])  # two trailing empty rows
+    block_m = 32 if case == 1 else 64
+    # graph-bucket shape: spare work-list slots (row -1) and a max_seqlen above the longest row
+    tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(num_tokens + 64, 8, block_m), block_m)
+    rq, rk = kernels.qk_norm_rope_ref(q.double(), k.double(), qw.double(), kw.double(), cos_t[positions].double(),
+                                      sin_t[positions].double(), 1e-6)
+    ref = kernels.varlen_attention_ref(rq, rk, v.double(), cu, max(lens))
+    q_raw, v_raw = q.clone(), v.clone()
+    out = torch.full_like(q, float("nan"))
+    kernels.norm_rope_attention(q, k, v, cu, max(lens) + 40, tiles, qw, kw, positions, cos_t, sin_t, 1e-6,
+                                out=out, mode=mode, heads_per_program=heads_per_program, block_m=block_m)
+    assert rel_err(out[:real], ref[:real]) < tol(dtype)
+    assert out[real:].isnan().all(), "padding tokens are not written"
+    assert rel_err(k, rk) < tol(dtype), "k is left normalised and rotated"
+    assert torch.equal(v, v_raw)
+    if mode == "q_fused":
+        assert torch.equal(q, q_raw), "q is read raw, not rewritten"
+    else:
+        assert rel_err(q, rq) < tol(dtype)
+
+
+def test_varlen_attention_gqa_rows_and_heads_stay_apart() -> None:
+    """Changing one row's keys or one kv head's values moves only that row's / that group's outputs."""
+    g = gen(13)
+    lens = [12, 20]
+    q = torch.randn(32, 4, 16, generator=g).to(DEVICE)
+    k = torch.randn(32, 2, 16, generator=g).to(DEVICE)
+    v = torch.randn(32, 2, 16, generator=g).to(DEVICE)
+    cu = _cu(lens)
+    tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(32, 2, 16), 16)
+
+    def run(k_: torch.Tensor, v_: torch.Tensor) -> torch.Tensor:
+        return kernels.varlen_attention_gqa(q, k_, v_, cu, 20, tiles, heads_per_program=2, block_m=16,
+                                            block_n=16)
+
+    a = run(k, v)
+    k2, v2 = k.clone(), v.clone()
+    k2[12:] += 5.0
+    b = run(k2, v)
+    assert torch.equal(a[:12], b[:12]) and not torch.allclose(a[12:], b[12:])
+    v2[:, 1] -= 3.0  # kv head 1 serves q heads 2 and 3 only
+    c = run(k, v2)
+    assert torch.equal(a[:, :2], c[:, :2]) and not torch.allclose(a[:, 2:], c[:, 2:])
+
+
+def test_norm_rope_attention_refuses_an_unknown_mode() -> None:
+    q = torch.zeros(4, 2, 16, device=DEVICE)
+    k = torch.zeros(4, 1, 16, device=DEVICE)
+    cu = _cu([4])
+    tiles = kernels.attention_tiles(cu, 2)
+    w = torch.ones(16, device=DEVICE)
+    cos_t, sin_t = kernels.rope_cos_sin(torch.arange(8, device=DEVICE), 16, 1e6, torch.float32)
+    with pytest.raises(ValueError, match="attention mode"):
+        kernels.norm_rope_attention(q, k, k, cu, 4, tiles, w, w, torch.arange(4, device=DEVICE), cos_t, sin_t,
+                                    1e-6, mode="flash")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["split", "q_fused", "fused"])
+@pytest.mark.parametrize("block", [(64, 32, 4, 3), (32, 64, 4, 2), (64, 64, 8, 2)])
+def test_norm_rope_attention_at_omnivoice_size_on_gpu(mode: str, block: tuple[int, int, int, int]) -> None:
+    bm, bn, warps, stages = block
+    lens = [182, 150, 307, 150, 1, 64]
+    real = sum(lens)
+    qkv = _raw_qkv(14, real, (16, 8, 128), torch.bfloat16)
+    heads = qkv.view(real, 32, 128)
+    q, k, v = heads[:, :16], heads[:, 16:24], heads[:, 24:]
+    g = gen(15)
+    qw = (1 + 0.2 * torch.randn(128, generator=g)).to("cuda", torch.bfloat16)
+    kw = (1 + 0.2 * torch.randn(128, generator=g)).to("cuda", torch.bfloat16)
+    positions = torch.cat([torch.arange(n) for n in lens]).to("cuda")
+    cos_t, sin_t = kernels.rope_cos_sin(torch.arange(4096, device="cuda"), 128, 1e6, torch.float32)
+    cu = _cu(lens + [0])
+    tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(real, len(lens) + 1, bm), bm)
+    rq, rk = kernels.qk_norm_rope_ref(q.double(), k.double(), qw.double(), kw.double(), cos_t[positions].double(),
+                                      sin_t[positions].double(), 1e-6)
+    ref = kernels.varlen_attention_ref(rq, rk, v.double(), cu, 512)
+    out = kernels.norm_rope_attention(q, k, v, cu, 512, tiles, qw, kw, positions, cos_t, sin_t, 1e-6, mode=mode,
+                                      block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
+    assert rel_err(out, ref) < 1.5e-2

@@ -5,20 +5,24 @@ under Triton's interpreter (TRITON_INTERPRET=1 set before this package is import
 """
 
 from realtime_tts.engine.kernels.attention import (
+    ATTENTION_MODES,
     attention_tiles,
     max_attention_tiles,
+    norm_rope_attention,
     varlen_attention,
+    varlen_attention_gqa,
     varlen_attention_ref,
     varlen_attention_rope,
 )
 from realtime_tts.engine.kernels.embed import embed, embed_ref
 from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
-from realtime_tts.engine.kernels.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
+from realtime_tts.engine.kernels.rope import head_norm_rope, qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
 from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
 from realtime_tts.engine.kernels.snake import snake, snake_ref, use_fused_snake
 from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 
 __all__ = [
+    "ATTENTION_MODES",
     "add_rms_norm",
     "add_rms_norm_ref",
     "attention_tiles",
@@ -26,7 +30,9 @@ __all__ = [
     "cfg_argmax_ref",
     "embed",
     "embed_ref",
+    "head_norm_rope",
     "max_attention_tiles",
+    "norm_rope_attention",
     "qk_norm_rope",
     "qk_norm_rope_ref",
     "rms_norm",
@@ -38,6 +44,7 @@ __all__ = [
     "snake_ref",
     "use_fused_snake",
     "varlen_attention",
+    "varlen_attention_gqa",
     "varlen_attention_ref",
     "varlen_attention_rope",
 ]

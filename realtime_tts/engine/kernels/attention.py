@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from realtime_tts.engine.kernels.rope import head_norm_rope, qk_norm_rope
+
 
 @triton.jit
 def _softmax_accumulate(s, valid, tok_n, v_base, stride_vt, offs_d, m_i, l_i, acc):
@@ -183,6 +185,73 @@ def _varlen_rope_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_pt
              out.to(o_ptr.dtype.element_ty), mask=m_valid[:, None])
 
 
+@triton.jit
+def _varlen_gqa_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_ptr, pos_ptr, cos_ptr, sin_ptr,
+                           stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+                           stride_tab, eps, qk_scale_log2,
+                           STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr,
+                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           NORM_Q: tl.constexpr):
+    """One program per (listed tile, HEADS q heads of one kv head): the heads' query tiles are stacked into one
+    [HEADS * BLOCK_M, HEAD_DIM] tile, so each K/V tile is loaded once for all of them. NORM_Q: q is the raw
+    projection and gets RMSNorm × weight and RoPE as its tile is loaded (once per program, the eager layers'
+    roundings); k must already be normalised and rotated (head_norm_rope)."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    TILE_M: tl.constexpr = HEADS * BLOCK_M
+    row = tl.load(tiles_ptr + 2 * tl.program_id(0))
+    m_block = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
+    if row < 0:
+        return
+    head0 = tl.program_id(2) * HEADS
+    start = tl.load(cu_ptr + row)
+    seqlen = tl.load(cu_ptr + row + 1) - start
+    if m_block * BLOCK_M >= seqlen:
+        return
+    kv_head = head0 // GROUP
+    r = tl.arange(0, TILE_M)
+    offs_m = m_block * BLOCK_M + r % BLOCK_M  # [TILE_M]: tile row r is token offs_m of q head `head`
+    head = head0 + r // BLOCK_M
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    m_valid = offs_m < seqlen
+    tok_m = (start + offs_m).to(tl.int64)
+    q_rows = q_ptr + tok_m * stride_qt + head * stride_qh  # [TILE_M]
+    q = tl.load(q_rows[:, None] + offs_d[None, :], mask=m_valid[:, None], other=0.0)  # [TILE_M, HEAD_DIM]
+    if NORM_Q:
+        dt = q_ptr.dtype.element_ty
+        # rotate_half(x)[d] is -x[d + HALF] below HALF and x[d - HALF] above: load the tile again with its
+        # halves swapped (L1-resident) instead of shuffling registers; norm weight and sign follow the swap.
+        swap = (offs_d + HALF) % HEAD_DIM
+        xs = tl.load(q_rows[:, None] + swap[None, :], mask=m_valid[:, None], other=0.0).to(tl.float32)
+        x = q.to(tl.float32)
+        rstd = (1.0 / tl.sqrt(tl.sum(x * x, 1) / HEAD_DIM + eps))[:, None]
+        w = tl.load(qw_ptr + offs_d).to(tl.float32)[None, :]
+        ws = tl.load(qw_ptr + swap).to(tl.float32)[None, :]
+        n = ((x * rstd).to(dt).to(tl.float32) * w).to(dt).to(tl.float32)
+        ns = ((xs * rstd).to(dt).to(tl.float32) * ws).to(dt).to(tl.float32)
+        pos = tl.load(pos_ptr + tok_m, mask=m_valid, other=0)
+        c = tl.load(cos_ptr + pos[:, None] * stride_tab + offs_d[None, :]).to(tl.float32)
+        s = tl.load(sin_ptr + pos[:, None] * stride_tab + offs_d[None, :]).to(tl.float32)
+        sign = tl.where(offs_d < HALF, -1.0, 1.0)[None, :]
+        q = (n * c + sign * ns * s).to(dt)
+    m_i = tl.full([TILE_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([TILE_M], dtype=tl.float32)
+    acc = tl.zeros([TILE_M, HEAD_DIM], dtype=tl.float32)
+    k_base = k_ptr + kv_head * stride_kh
+    v_base = v_ptr + kv_head * stride_vh
+    if STATIC_N_END == 0:
+        for n0 in range(0, seqlen, BLOCK_N):
+            m_i, l_i, acc = _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n,
+                                          offs_d, qk_scale_log2, m_i, l_i, acc)
+    else:
+        for n0 in range(0, STATIC_N_END, BLOCK_N):
+            m_i, l_i, acc = _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n,
+                                          offs_d, qk_scale_log2, m_i, l_i, acc)
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + tok_m[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=m_valid[:, None])
+
+
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -260,6 +329,93 @@ def varlen_attention_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
         STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
     return out
+
+
+def _heads_per_program(num_q_heads: int, num_kv_heads: int, heads_per_program: int | None) -> int:
+    group = num_q_heads // num_kv_heads
+    if heads_per_program is None:  # the whole GQA group when it stacks into a power-of-two tile
+        return group if group & (group - 1) == 0 else 1
+    assert heads_per_program >= 1 and group % heads_per_program == 0, "heads_per_program must divide the group"
+    assert heads_per_program & (heads_per_program - 1) == 0, "heads_per_program must be a power of two"
+    return heads_per_program
+
+
+def varlen_attention_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                         max_seqlen: int, tiles: torch.Tensor, q_weight: torch.Tensor | None = None,
+                         positions: torch.Tensor | None = None, cos_table: torch.Tensor | None = None,
+                         sin_table: torch.Tensor | None = None, eps: float = 1e-6, scale: float | None = None,
+                         out: torch.Tensor | None = None, heads_per_program: int | None = None,
+                         block_m: int = 64, block_n: int = 32, num_warps: int = 4,
+                         num_stages: int = 3) -> torch.Tensor:
+    """varlen_attention with the q heads of one kv head sharing a program (each K/V tile loaded once for all of
+    them; heads_per_program None = the whole group when it is a power of two). tiles from attention_tiles with
+    the same block_m (the per-head tile height). q_weight given: q is the RAW projection (read, not modified)
+    and is normalised × q_weight and rotated at positions [num_tokens] with the fp32 cos/sin tables
+    [max_position, head_dim] as it loads; k must then already hold rope(rms_norm(k) * k_weight)."""
+    _, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    assert num_q_heads % num_kv_heads == 0 and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
+    assert head_dim in (16, 32, 64, 128, 256), "head_dim must be a power of two in 16..256"
+    heads = _heads_per_program(num_q_heads, num_kv_heads, heads_per_program)
+    norm_q = q_weight is not None
+    if norm_q:
+        assert positions is not None and cos_table is not None and sin_table is not None
+        assert cos_table.stride(1) == 1 and sin_table.stride(1) == 1 and cos_table.stride(0) == sin_table.stride(0)
+    out = torch.empty_like(q) if out is None else out
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    if cu_seqlens.numel() <= 1 or max_seqlen <= 0:
+        return out
+    dummy = cu_seqlens  # stands in for the rope operands when NORM_Q is off (never read)
+    _varlen_gqa_fwd_kernel[(tiles.shape[0], 1, num_q_heads // heads)](
+        q, k, v, out, cu_seqlens, tiles, q_weight if norm_q else dummy, positions if norm_q else dummy,
+        cos_table if norm_q else dummy, sin_table if norm_q else dummy,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), cos_table.stride(0) if cos_table is not None else 0, eps,
+        scale * 1.4426950408889634,
+        STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads, HEADS=heads,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, NORM_Q=norm_q,
+        num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
+ATTENTION_MODES = ("split", "q_fused", "fused")
+
+
+def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                        max_seqlen: int, tiles: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                        positions: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor, eps: float,
+                        scale: float | None = None, out: torch.Tensor | None = None, mode: str = "q_fused",
+                        heads_per_program: int | None = None, block_m: int = 64, block_n: int = 32,
+                        num_warps: int = 4, num_stages: int = 3, k_tokens_per_program: int = 2) -> torch.Tensor:
+    """varlen_attention(qk_norm_rope(q, k)) on the raw projections, by one of ATTENTION_MODES (the signature
+    of varlen_attention_rope plus the strategy; tiles from attention_tiles with the same block_m):
+
+    split   — qk_norm_rope rewrites q and k in place, then attention (heads_per_program=1: the old
+              varlen_attention kernel; else the GQA-sharing kernel).
+    q_fused — head_norm_rope rewrites k only (in place); the attention kernel normalises and rotates each
+              query tile as it loads it (q is not modified); GQA sharing as in split.
+    fused   — varlen_attention_rope: q and k untouched, every K tile re-normalised per query tile and head
+              (cheapest at small token counts only).
+    """
+    if mode == "fused":
+        return varlen_attention_rope(q, k, v, cu_seqlens, max_seqlen, tiles, q_weight, k_weight, positions,
+                                     cos_table, sin_table, eps, scale=scale, out=out, block_m=block_m,
+                                     block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    heads = _heads_per_program(q.shape[1], k.shape[1], heads_per_program)
+    if mode == "split":
+        qk_norm_rope(q, k, q_weight, k_weight, cos_table[positions], sin_table[positions], eps)
+        if heads == 1:
+            return varlen_attention(q, k, v, cu_seqlens, max_seqlen, scale=scale, out=out, tiles=tiles,
+                                    block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+        return varlen_attention_gqa(q, k, v, cu_seqlens, max_seqlen, tiles, scale=scale, out=out,
+                                    heads_per_program=heads, block_m=block_m, block_n=block_n,
+                                    num_warps=num_warps, num_stages=num_stages)
+    if mode == "q_fused":
+        head_norm_rope(k, k_weight, positions, cos_table, sin_table, eps, tokens_per_program=k_tokens_per_program)
+        return varlen_attention_gqa(q, k, v, cu_seqlens, max_seqlen, tiles, q_weight, positions, cos_table,
+                                    sin_table, eps, scale=scale, out=out, heads_per_program=heads,
+                                    block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    raise ValueError(f"attention mode must be one of {ATTENTION_MODES}, got {mode!r}")
 
 
 def varlen_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,

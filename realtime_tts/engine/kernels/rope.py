@@ -71,6 +71,53 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
     return q, k
 
 
+@triton.jit
+def _head_norm_rope_kernel(x_ptr, w_ptr, pos_ptr, cos_ptr, sin_ptr, stride_xt, stride_xh, stride_tab,
+                           num_tokens, num_heads, eps,
+                           HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr):
+    """BLOCK_T tokens × BLOCK_H heads per program, one (token, head) per tile row; the angles are read from the
+    position-indexed tables, so the caller gathers nothing."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    r = tl.arange(0, BLOCK_T * BLOCK_H)
+    tok = tl.program_id(0).to(tl.int64) * BLOCK_T + r // BLOCK_H  # [BLOCK_T * BLOCK_H]
+    head = r % BLOCK_H
+    ok = ((tok < num_tokens) & (head < num_heads))[:, None]
+    dims = tl.arange(0, HALF)
+    p1 = x_ptr + tok[:, None] * stride_xt + head[:, None] * stride_xh + dims[None, :]
+    p2 = p1 + HALF
+    x1 = tl.load(p1, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_T * BLOCK_H, HALF]
+    x2 = tl.load(p2, mask=ok, other=0.0).to(tl.float32)
+    rstd = (1.0 / tl.sqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / HEAD_DIM + eps))[:, None]
+    w1 = tl.load(w_ptr + dims).to(tl.float32)[None, :]
+    w2 = tl.load(w_ptr + HALF + dims).to(tl.float32)[None, :]
+    dt = x_ptr.dtype.element_ty
+    n1 = ((x1 * rstd).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
+    n2 = ((x2 * rstd).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
+    pos = tl.load(pos_ptr + tok, mask=tok < num_tokens, other=0)
+    c = tl.load(cos_ptr + pos[:, None] * stride_tab + dims[None, :]).to(tl.float32)  # both halves: same angles
+    s = tl.load(sin_ptr + pos[:, None] * stride_tab + dims[None, :]).to(tl.float32)
+    tl.store(p1, (n1 * c - n2 * s).to(dt), mask=ok)
+    tl.store(p2, (n2 * c + n1 * s).to(dt), mask=ok)
+
+
+def head_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor, cos_table: torch.Tensor,
+                   sin_table: torch.Tensor, eps: float, tokens_per_program: int = 2) -> torch.Tensor:
+    """In place on one of q or k: x ← rope(rms_norm(x) * weight), the same values as qk_norm_rope gives it.
+    x [num_tokens, num_heads, head_dim] (any token/head stride, e.g. the k view of a fused qkv output);
+    positions [num_tokens] index cos/sin tables [max_position, head_dim] (rotate-half layout). The bulk
+    attention path runs it on k only and lets the attention kernel normalise q as it loads it."""
+    assert x.dim() == 3 and x.stride(2) == 1 and cos_table.stride(1) == 1 and sin_table.stride(1) == 1
+    assert cos_table.stride(0) == sin_table.stride(0)
+    assert tokens_per_program & (tokens_per_program - 1) == 0, "tokens_per_program must be a power of two"
+    num_tokens, num_heads, head_dim = x.shape
+    if num_tokens:
+        _head_norm_rope_kernel[(triton.cdiv(num_tokens, tokens_per_program),)](
+            x, weight, positions, cos_table, sin_table, x.stride(0), x.stride(1), cos_table.stride(0),
+            num_tokens, num_heads, eps,
+            HEAD_DIM=head_dim, BLOCK_H=triton.next_power_of_2(num_heads), BLOCK_T=tokens_per_program, num_warps=4)
+    return x
+
+
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """positions [num_tokens] → cos, sin [num_tokens, head_dim] (angles in fp32, then cast, as Qwen3 does)."""

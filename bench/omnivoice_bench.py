@@ -176,12 +176,16 @@ def pipelined(runner: Any, model: Any, mode: str, num: int, args: argparse.Names
 
 
 def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
+    from realtime_tts.engine.kernels import use_fused_snake
     from realtime_tts.engine.runner import StepRunner
     from realtime_tts.model import OmniVoiceModel, decoding
 
     t0 = time.perf_counter()
     model = OmniVoiceModel.from_pretrained(ckpt, dtype=torch.bfloat16, device="cuda")
     runner = StepRunner(model)
+    # The bulk table decodes with the fused Snake kernel only under --fused-snake (set here either way, whatever
+    # StepRunner chose), so the table states which codec ran.
+    use_fused_snake(model.codec.model, enabled=args.fused_snake)
     emit(out_dir, {"kind": "load", "impl": "ours", "load_s": round(time.perf_counter() - t0, 2)})
     check_fused(model, runner, out_dir, args)
     for mode in args.modes.split(","):
@@ -225,7 +229,9 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
                 "mfu_loop": round(flops / loop / 1e12 / CARD_TFLOPS, 3),
                 "tflops_loop": round(flops / loop / 1e12, 1), "first_call_s": round(first_s, 2),
                 "out_samples": int(sum(len(w) for w in waves)), "graph": runner.stats.as_dict(),
+                "fused_snake": args.fused_snake,
                 "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)})
+    bench_codec(model, out_dir, args)
     # Single utterance on an idle engine: the worker's path (step() per step, re-using the graph).
     items = our_items(model, "design", 1, args.dur, args.steps)
     runner.run(items)  # warm
@@ -250,6 +256,35 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
         profile_ours(model, runner, out_dir, args)
     del runner, model
     torch.cuda.empty_cache()
+
+
+def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 128) -> None:
+    """Eager codec decode of one batch of `num` random dur-second grids with transformers' Snake1d modules and
+    with the fused Snake kernel: ms each (median of 3, synced), max abs difference of the waveforms. Leaves
+    the codec as --fused-snake set it."""
+    from realtime_tts.engine.kernels import use_fused_snake
+
+    g = torch.Generator().manual_seed(5)
+    grids = torch.randint(0, 1024, (num, 8, round(args.dur * 25)), generator=g).to(model.codec.device)  # [B, 8, T]
+    rec: dict[str, Any] = {"kind": "codec", "B": num, "dur_s": args.dur}
+    waves = {}
+    with torch.inference_mode():
+        for name, fused in (("stock", False), ("fused", True)):
+            rec[f"num_switched_{name}"] = use_fused_snake(model.codec.model, enabled=fused)
+            times = []
+            for _ in range(4):  # the first: warm-up (cuDNN algorithms, Triton compile)
+                sync()
+                t1 = time.perf_counter()
+                waves[name] = model.codec.model.decode(grids).audio_values  # [B, 1, 960·frames]
+                sync()
+                times.append(time.perf_counter() - t1)
+            rec[f"{name}_ms"] = round(1000 * statistics.median(times[1:]), 1)
+        rec["max_abs_diff"] = float((waves["fused"] - waves["stock"]).abs().max())
+        rec["max_abs_stock"] = float(waves["stock"].abs().max())
+    use_fused_snake(model.codec.model, enabled=args.fused_snake)
+    del waves
+    torch.cuda.empty_cache()
+    emit(out_dir, rec)
 
 
 def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace) -> None:
@@ -355,6 +390,8 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              f"prep); MFU = useful FLOPs of the diffusion loop / {CARD_TFLOPS:g} TFLOP/s.", "",
              "xRT pipelined: several batches back to back with host prepare/pack overlapping the GPU (how a busy "
              "worker runs); xRT: one batch alone, everything serial.", "",
+             f"Codec in this table: {'fused Snake kernel' if args.fused_snake else 'stock transformers Snake1d'} "
+             "(--fused-snake / --no-fused-snake).", "",
              "| impl | mode | B | wall s | xRT | xRT pipelined | per step ms | loop TFLOP/s | MFU (loop) | graph hits/misses |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in gens:
@@ -368,6 +405,10 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
                           f"prepare + codec decode: step() path median {r['step_path_ms_median']} ms (min "
                           f"{r['step_path_ms_min']}); chained graph replay median {r['graphed_ms_median']} ms "
                           f"(min {r['graphed_ms_min']})."]
+        if r["kind"] == "codec":
+            lines += ["", f"Codec decode, B={r['B']} random {r['dur_s']:g} s grids, eager, median of 3: stock Snake1d "
+                          f"{r['stock_ms']} ms, fused Snake kernel {r['fused_ms']} ms; max abs waveform difference "
+                          f"{r['max_abs_diff']:.3g} (stock peak {r['max_abs_stock']:.3g})."]
         if r["kind"] == "attn":
             lines += ["", "Attention " + json.dumps({k: v for k, v in r.items() if k not in ('kind', 't_s')})]
     text = "\n".join(lines) + "\n"
@@ -391,6 +432,8 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-batch", type=int, default=128)
     p.add_argument("--pipeline", type=int, default=3, help="batches in the steady-state pipelined run (0: off)")
+    p.add_argument("--fused-snake", action=argparse.BooleanOptionalAction, default=True,
+                   help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     args = p.parse_args()
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

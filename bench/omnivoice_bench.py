@@ -16,6 +16,7 @@ pydub; e.g. the ignored folder .whl_model): `python3 -m pip install -q --no-inde
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -122,8 +123,13 @@ def bench_kernels(out_dir: Path) -> None:
             kernels.varlen_attention(q, k, v, cu, max(lens), tiles=tiles, block_n=32, num_stages=3)
 
         rec["rope_then_attn_ms"] = round(do_bench(split, return_mode="median"), 4)
+        rec["rope_then_attn_tflops"] = round(flops / rec["rope_then_attn_ms"] / 1e9, 1)
         rec["rope_fused_attn_ms"] = round(do_bench(lambda: kernels.varlen_attention_rope(
             q, k, v, cu, max(lens), tiles, w, w, pos, cos_t, sin_t, 1e-6), return_mode="median"), 4)
+        try:
+            bench_attention_variants(rec, q, k, v, cu, lens, pos, cos_t, sin_t, flops)
+        except Exception as e:  # noqa: BLE001 - keep the other attention numbers
+            rec["variants_err"] = repr(e)[:300]
         try:
             from torch.nn.attention.varlen import varlen_attn
             kr, vr = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
@@ -139,6 +145,60 @@ def bench_kernels(out_dir: Path) -> None:
         ours = kernels.varlen_attention(q, k, v, cu, max(lens))[:cond].double()
         rec["rel_err_row0"] = float((ours - ref).norm() / ref.norm())
         emit(out_dir, rec)
+
+
+# kernels.norm_rope_attention variants beside rope_then_attn (mode, heads per program (None: the GQA group),
+# per-head block_m, block_n, warps, stages). q_fused: k-only norm + RoPE, q normalised as its tile loads.
+ATTN_VARIANTS = [("q_fused", 1, 64, 32, 4, 3), ("q_fused", 1, 64, 64, 4, 2),
+                 ("split", None, 32, 32, 4, 3), ("split", None, 64, 32, 8, 3), ("split", None, 64, 64, 8, 2),
+                 ("q_fused", None, 32, 32, 4, 3), ("q_fused", None, 32, 64, 4, 2), ("q_fused", None, 32, 64, 4, 3),
+                 ("q_fused", None, 64, 32, 4, 3), ("q_fused", None, 64, 32, 8, 3), ("q_fused", None, 64, 64, 8, 2),
+                 ("q_fused", None, 64, 64, 8, 3)]
+
+
+def bench_attention_variants(rec: dict[str, Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             cu: torch.Tensor, lens: list[int], pos: torch.Tensor, cos_t: torch.Tensor,
+                             sin_t: torch.Tensor, flops: float) -> None:
+    """Each variant's ms includes its q/k norm + RoPE (as rope_then_attn does); rel_err against the split path
+    on the same raw inputs (bf16 on the GPU: the interpreter tests cannot run bf16 dots)."""
+    from triton.testing import do_bench
+
+    from realtime_tts.engine import kernels
+
+    n, d = q.shape[0], q.shape[2]
+    w = torch.ones(d, device=q.device, dtype=q.dtype)
+    cos_n, sin_n = cos_t[pos], sin_t[pos]
+    rec["qk_norm_rope_ms"] = round(do_bench(functools.partial(
+        kernels.qk_norm_rope, q, k, w, w, cos_n, sin_n, 1e-6), return_mode="median"), 4)
+    for tpp in (1, 2, 4):
+        rec[f"k_norm_rope_t{tpp}_ms"] = round(do_bench(functools.partial(
+            kernels.head_norm_rope, k, w, pos, cos_t, sin_t, 1e-6, tokens_per_program=tpp), return_mode="median"), 4)
+    # reference output: the split path (old kernels) on fresh raw copies
+    qw = (1 + 0.2 * torch.randn(d, device=q.device)).to(q.dtype)
+    kw = (1 + 0.2 * torch.randn(d, device=q.device)).to(q.dtype)
+    q0, k0 = q.clone(), k.clone()
+    tiles64 = kernels.attention_tiles(cu, kernels.max_attention_tiles(n, len(lens), 64), 64)
+    ref = kernels.norm_rope_attention(q0.clone(), k0.clone(), v, cu, max(lens), tiles64, qw, kw, pos, cos_t,
+                                      sin_t, 1e-6, mode="split", heads_per_program=1).float()
+    times = {"rope_then_attn": rec["rope_then_attn_ms"]}
+    for mode, hp, bm, bn, nw, st in ATTN_VARIANTS:
+        name = f"{mode}_h{hp or 'g'}_{bm}x{bn}w{nw}s{st}"
+        tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(n, len(lens), bm), bm)
+        opts: dict[str, Any] = {"mode": mode, "heads_per_program": hp, "block_m": bm, "block_n": bn,
+                                "num_warps": nw, "num_stages": st}
+        try:
+            out = kernels.norm_rope_attention(q0.clone(), k0.clone(), v, cu, max(lens), tiles, qw, kw, pos, cos_t,
+                                              sin_t, 1e-6, **opts).float()
+            rec[name + "_rel_err"] = float((out - ref).norm() / ref.norm())
+            ms = do_bench(functools.partial(kernels.norm_rope_attention, q, k, v, cu, max(lens), tiles, w, w, pos,
+                                            cos_t, sin_t, 1e-6, **opts), return_mode="median")
+        except Exception as e:  # noqa: BLE001 - e.g. a config out of shared memory: rank the rest
+            rec[name + "_err"] = repr(e)[:200]
+            continue
+        rec[name + "_ms"] = round(ms, 4)
+        rec[name + "_tflops"] = round(flops / ms / 1e9, 1)
+        times[name] = round(ms, 4)
+    rec["attn_ranking"] = sorted(times.items(), key=lambda kv: kv[1])[:6]
 
 
 def our_items(model: Any, mode: str, num: int, dur: float, steps: int) -> list[Any]:

@@ -30,6 +30,7 @@ log = logging.getLogger("realtime_tts.runner")
 TOKEN_BUCKETS = ((256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632, 6144,
                   7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(17408, 65536 + 1, 1024)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
+PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
 
 
 def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:
@@ -40,7 +41,12 @@ def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:
 class FusedBackbone:
     """The model's Backbone forward with fused weights (qkv, gate_up) and Triton kernels for norms, q/k-norm +
     RoPE, SwiGLU and varlen attention. Same function as model.llm (to bf16 rounding); holds its own copies of
-    the fused weight matrices (~0.6 GB at full size in bf16)."""
+    the fused weight matrices (~0.6 GB at full size in bf16).
+
+    residual_dtype: the dtype of the residual stream, the embedding and the final norm's output. fp32 (default)
+    is the model's own backbone (model.llm); the weights' dtype (bf16) is how the reference implementation
+    computes (transformers' Qwen3 layers add the residual in the activation dtype) and halves the residual
+    traffic of every add+norm."""
 
     # 64×32 tiles, 3 stages: the fastest of 64×64, 128×64, 128×32, 64×32 (2 or 3 stages) and 32×32 on the
     # H200 at bulk shapes (bench/results/omnivoice_bench.md).
@@ -49,7 +55,8 @@ class FusedBackbone:
     # beats rope + attention, at B=64 (21k tokens) it is 1.5x slower (every K tile is re-normalised and
     # re-rotated once per query tile and head), so large buckets keep the separate rope kernel.
     def __init__(self, model: OmniVoiceModel, block_m: int = 64, block_n: int = 32, num_stages: int = 3,
-                 fuse_rope: bool = True, fuse_rope_max_tokens: int = 2048) -> None:
+                 fuse_rope: bool = True, fuse_rope_max_tokens: int = 2048,
+                 residual_dtype: torch.dtype = torch.float32) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -78,15 +85,18 @@ class FusedBackbone:
         self.final_norm = llm.norm.weight
         self.text_table, self.audio_table = llm.embed_tokens.weight, model.audio_embeddings.weight
         self.audio_vocab = model.audio_vocab
+        self.residual_dtype = residual_dtype
 
     def embed(self, ids: torch.Tensor, audio_mask: torch.Tensor) -> torch.Tensor:
-        """model.embed in one kernel → fp32 [N, H] (a fresh buffer: __call__ may update it in place)."""
-        return self.k.embed(ids, audio_mask, self.text_table, self.audio_table, self.audio_vocab)
+        """model.embed in one kernel → [N, H] in the residual dtype (a fresh buffer: __call__ may update it in
+        place)."""
+        return self.k.embed(ids, audio_mask, self.text_table, self.audio_table, self.audio_vocab,
+                            out_dtype=self.residual_dtype)
 
     def __call__(self, embeds: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
                  max_seqlen: int, consume: bool = False) -> torch.Tensor:
-        """embeds [N, H] → hidden [N, H] after the final norm, in embeds' dtype. As the model does: the residual
-        stream keeps embeds' dtype (fp32), the matmuls run in the weights' dtype, rope angles are fp32.
+        """embeds [N, H] → hidden [N, H] after the final norm, in the residual dtype. The residual stream is
+        kept in residual_dtype (embeds are cast to it), the matmuls run in the weights' dtype, rope angles are fp32.
         Tokens past cu_seqlens[-1] are padding: computed row-locally, never attended to, so they cannot
         disturb real rows."""
         k = self.k
@@ -102,7 +112,10 @@ class FusedBackbone:
         # Zeroed once: padding tokens are in no row, so attention never writes them; keep them finite.
         attn = torch.zeros(n, hq, d, dtype=mm_dtype, device=embeds.device)  # [N, Hq, D]
         # [N, H], updated in place by the fused add+norm (consume: the caller hands embeds over)
-        residual = embeds if consume else embeds.clone()
+        if embeds.dtype != self.residual_dtype:
+            residual = embeds.to(self.residual_dtype)
+        else:
+            residual = embeds if consume else embeds.clone()
         x = k.rms_norm(residual, self.layers[0]["ln1"], self.eps,
                        out=torch.empty(n, residual.shape[1], dtype=mm_dtype, device=embeds.device))
         for i, w in enumerate(self.layers):
@@ -123,7 +136,7 @@ class FusedBackbone:
             mlp = torch.matmul(act, w["down"].t())
             if i + 1 < len(self.layers):
                 x, residual = k.add_rms_norm(mlp, residual, self.layers[i + 1]["ln1"], self.eps)
-            else:  # the final norm's output stays in the residual dtype (the head reads it at that precision)
+            else:  # the final norm's output is in the residual dtype (the head reads it at that precision)
                 x, residual = k.add_rms_norm(mlp, residual, self.final_norm, self.eps,
                                              out=torch.empty_like(residual))
         out: torch.Tensor = x
@@ -174,6 +187,12 @@ class StepRunner:
     min_free_bytes free and fewer than max_graphs exist; anything else runs eagerly and counts as a miss
     (stats.miss_reasons says why). codec_graph_frames > 0 (CUDA): decode() replays per-length CUDA graphs of
     the codec for segments up to that many frames (engine/codec_graphs.py).
+
+    precision: "fp32" (default) keeps the fused backbone's residual stream, embedding and final norm in fp32 and
+    runs the audio head in fp32 (TF32 when head_tf32) → fp32 logits. "reference" computes as the reference
+    `omnivoice` package does with a model loaded in bf16: residual stream, embedding sum, final norm output,
+    head GEMM and logits in the weights' dtype (scoring still in fp32). With use_fused=False the backbone is the
+    model's own (fp32 residual) and only the head follows precision.
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
@@ -181,16 +200,22 @@ class StepRunner:
                  max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS, batch_buckets: tuple[int, ...] = BATCH_BUCKETS,
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
-                 codec_graph_frames: int = 0) -> None:
+                 codec_graph_frames: int = 0, precision: str = "fp32") -> None:
         cuda = model.device.type == "cuda"
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+        self.precision = precision
+        stream_dtype = model.dtype if precision == "reference" else torch.float32  # residual stream and head
+        self.head_dtype = stream_dtype
         self.model = model
         self.use_fused = cuda if use_fused is None else use_fused
         self.use_graphs = cuda if use_graphs is None else use_graphs
         if self.use_graphs and not cuda:
             raise ValueError("CUDA graphs need a CUDA model")
-        self.fused = FusedBackbone(model, fuse_rope=fuse_rope) if self.use_fused else None
+        self.fused = FusedBackbone(model, fuse_rope=fuse_rope, residual_dtype=stream_dtype) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
-        self.head_tf32 = head_tf32
+        # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
+        self.head_tf32 = head_tf32 and precision == "fp32"
         self._head_weight: torch.Tensor | None = None
         self.max_graphs = max_graphs
         self.min_free_bytes = min_free_bytes
@@ -223,7 +248,7 @@ class StepRunner:
         The same work as decoding.step_packed, with the fused backbone when enabled."""
         model = self.model
         if self.fused is not None:
-            embeds = self.fused.embed(batch.ids, batch.audio_mask)  # [N, H] fp32
+            embeds = self.fused.embed(batch.ids, batch.audio_mask)  # [N, H] in the residual dtype
             hidden = self.fused(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, consume=True)
         else:
             embeds = model.embed(batch.ids, batch.audio_mask)
@@ -240,16 +265,21 @@ class StepRunner:
             tokens = decoding.unmask(pred.view(num_b, t_max, num_cb).transpose(1, 2),
                             conf.view(num_b, t_max, num_cb).transpose(1, 2), batch, model.mask_id, pos_noise)
         else:
-            c_logits = model.head(hidden[batch.cond_index]).permute(0, 2, 1, 3)  # [B, 8, Tmax, V]
-            u_logits = model.head(hidden[batch.uncond_index]).permute(0, 2, 1, 3)
+            head = model.head if self.head_dtype == torch.float32 else self._head_fp32_logits
+            c_logits = head(hidden[batch.cond_index]).permute(0, 2, 1, 3)  # [B, 8, Tmax, V]
+            u_logits = head(hidden[batch.uncond_index]).permute(0, 2, 1, 3)
             tokens = decoding.score(c_logits, u_logits, batch, model.mask_id, cls_noise, pos_noise)
         new_step = batch.step + (batch.step < batch.reveal.shape[1] - 1).long()
         return tokens, new_step
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Audio head logits [..., 8·V] in fp32. The model's head is a plain fp32 GEMM (~10× slower than
-        bf16 on the card); here it runs with TF32 tensor cores when head_tf32 — 10-bit mantissa operands,
-        still 8× finer than the bf16 logits of the reference implementation."""
+        """Audio head logits [..., 8·V] in head_dtype. fp32: the model's head is a plain fp32 GEMM (~10× slower
+        than bf16 on the card); here it runs with TF32 tensor cores when head_tf32 — 10-bit mantissa operands,
+        still 8× finer than the bf16 logits of the reference implementation. bf16 (precision="reference"): the
+        reference's head, a bf16 GEMM on the bf16 final-norm output giving bf16 logits."""
+        if self.head_dtype != torch.float32:
+            low = self.model.audio_heads.weight.to(self.head_dtype)  # the weights themselves in a bf16 model
+            return torch.nn.functional.linear(hidden.to(self.head_dtype), low)
         weight = self._head_weight
         if weight is None:
             weight = self._head_weight = self.model.audio_heads.weight.float()
@@ -261,6 +291,12 @@ class StepRunner:
             return torch.nn.functional.linear(hidden.float(), weight)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
+
+    def _head_fp32_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """model.head's shape and dtype ([..., 8, V] fp32, what decoding.score reads) from _head's logits: the
+        reference casts its bf16 logits to fp32 before scoring."""
+        logits = self._head(hidden).float()  # [..., 8·V]
+        return logits.view(*hidden.shape[:-1], self.model.num_codebooks, self.model.audio_vocab)
 
     def _advance(self, layout: Layout, max_seqlen: int, class_sampling: bool = False) -> None:
         """One step for the items of a layout, packed on the device, results written back into their slots."""

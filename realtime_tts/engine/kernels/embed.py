@@ -1,5 +1,7 @@
 """OmniVoice input embedding in one pass: text positions read the text table, audio positions sum their 8
-codebook rows (table rows offset by c·audio_vocab) in fp32; the fp32 result starts the residual stream."""
+codebook rows (table rows offset by c·audio_vocab) in fp32, in codebook order; the sum is rounded once to the
+output dtype (fp32: our fp32 residual stream; bf16: what the reference's bf16 `embedding(...).sum(dim=1)`
+gives, since torch sums bf16 in fp32 and rounds once)."""
 # @triton.jit kernels are untyped by nature:
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"
 
@@ -25,15 +27,15 @@ def _embed_kernel(ids_ptr, mask_ptr, text_ptr, audio_ptr, out_ptr, stride_ids, s
     else:
         row = tl.load(ids_ptr + tok)
         acc = tl.load(text_ptr + row * stride_text + cols, mask=cmask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + tok * stride_out + cols, acc, mask=cmask)
+    tl.store(out_ptr + tok * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=cmask)
 
 
 def embed(ids: torch.Tensor, audio_mask: torch.Tensor, text_table: torch.Tensor, audio_table: torch.Tensor,
-          audio_vocab: int) -> torch.Tensor:
-    """ids [8, N] long (text positions repeat the text id), audio_mask [N] bool → fp32 [N, H]."""
+          audio_vocab: int, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """ids [8, N] long (text positions repeat the text id), audio_mask [N] bool → [N, H] in out_dtype."""
     num_cb, num_tokens = ids.shape
     hidden = text_table.shape[1]
-    out = torch.empty(num_tokens, hidden, dtype=torch.float32, device=ids.device)
+    out = torch.empty(num_tokens, hidden, dtype=out_dtype, device=ids.device)
     if num_tokens:
         _embed_kernel[(num_tokens,)](
             ids, audio_mask, text_table, audio_table, out, ids.stride(0), text_table.stride(0),
@@ -43,7 +45,7 @@ def embed(ids: torch.Tensor, audio_mask: torch.Tensor, text_table: torch.Tensor,
 
 
 def embed_ref(ids: torch.Tensor, audio_mask: torch.Tensor, text_table: torch.Tensor, audio_table: torch.Tensor,
-              audio_vocab: int) -> torch.Tensor:
+              audio_vocab: int, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     offsets = torch.arange(ids.shape[0], device=ids.device)[:, None] * audio_vocab
     audio = audio_table[(ids * audio_mask[None, :] + offsets).t()].float().sum(dim=1)  # [N, H]
-    return torch.where(audio_mask[:, None], audio, text_table[ids[0]].float())
+    return torch.where(audio_mask[:, None], audio, text_table[ids[0]].float()).to(out_dtype)

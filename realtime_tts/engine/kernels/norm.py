@@ -1,7 +1,9 @@
 """RMSNorm and fused residual-add + RMSNorm over packed token rows ([num_tokens, hidden]).
 
-Rounding follows the Qwen3 eager layers: the residual sum is rounded to the activation dtype before it is
-normalised, the normalised value is rounded before the weight multiply.
+Rounding follows the Qwen3 eager layers: the residual sum is rounded to the residual's dtype before it is
+normalised, the normalised value is rounded to the output dtype before the weight multiply. The residual may be
+fp32 (our model's backbone) or bf16 (transformers' Qwen3 layers, which add in the activation dtype; 8 instead of
+12 bytes per element moved).
 """
 # @triton.jit kernels are untyped by nature:
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"

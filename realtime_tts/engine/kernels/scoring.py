@@ -1,8 +1,9 @@
 """The heavy half of a diffusion step's scoring in one pass per position: classifier-free-guidance combine of
 the cond/uncond log-softmaxes, a second log-softmax, MASK excluded, argmax token and its confidence.
 
-Reads the audio head's logits in their own dtype (bf16) and computes in fp32, so the [B, 8, T, 1025] fp32
-intermediates of the plain version never touch memory. Argmax ties resolve to the lowest id, as torch's do.
+Reads the audio head's logits in their own dtype (fp32, or bf16 as the reference's head gives them) and computes
+in fp32, as the reference does after `.logits.to(torch.float32)`, so the [B, 8, T, 1025] fp32 intermediates of
+the plain version never touch memory. Argmax ties resolve to the lowest id, as torch's do.
 """
 # @triton.jit kernels are untyped by nature:
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"

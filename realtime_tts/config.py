@@ -43,15 +43,20 @@ class OmniVoiceConfig:
     dtype: str = _doc("OmniVoice weights dtype: bf16, fp16 or fp32.", default="bf16")
     device: str = _doc("Torch device for OmniVoice workers: cuda or cpu (auto = cuda if present).", default="auto")
     gpus: int = _doc("Number of GPU workers (0 = every visible GPU).", default=0)
-    max_batch_tokens: int = _doc("Token budget per diffusion step across the running batch.", default=16384)
+    # Serving defaults (max/latency budgets, admission, codec graphs, target_chars) from the H200 A/B in
+    # bench/results/omnivoice_serve_h200_run11*.md: 100 streaming agents p95 238 ms after the first sentence
+    # with no underruns (was 417 ms, 50 underruns). Bulk-only deployments gain ~10% throughput with a larger
+    # max_batch_tokens (B=16 design 214 xRT vs B=128 243 on the H200).
+    max_batch_tokens: int = _doc("Token budget per diffusion step across the running batch (larger: more "
+                                 "throughput for bulk work, longer steps for everyone).", default=6144)
     latency_batch_tokens: int = _doc("Smaller step budget while a first segment (or a stream segment about to "
                                      "run dry) is generating: shorter steps, sooner first audio; 0 = off.",
-                                     default=4096)
+                                     default=1024)
     admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (they "
-                                  "also finish together: fewer codec calls); 0 = at the next step.", default=30)
-    codec_graph_frames: int = _doc("Experimental: segments up to this many frames (25 per second) decode "
-                                   "through a CUDA graph of the codec captured per length on first use, "
-                                   "instead of eagerly; 0 = off.", default=0)
+                                  "also finish together: fewer codec calls); 0 = at the next step.", default=0)
+    codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode through a CUDA "
+                                   "graph of the codec captured per length on first use, instead of eagerly; "
+                                   "0 = off.", default=400)
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
                                  "segment gets a deadline; steps sized by a step-time model measured at "
@@ -74,7 +79,8 @@ class PacingConfig:
 class TextConfig:
     min_chars: int = _doc("A streamed fragment shorter than this stays buffered.", default=4)
     first_segment_min_chars: int = _doc("First unit of a turn may cut at a clause once this long.", default=24)
-    target_chars: int = _doc("Preferred unit length after the first.", default=160)
+    target_chars: int = _doc("Preferred unit length after the first (about one sentence: a unit starts "
+                             "as soon as its text is in, and short units share GPU steps well).", default=60)
     max_chars: int = _doc("Units longer than this are cut at clause marks, then spaces, then hard.", default=320)
     max_text_chars: int = _doc("Largest text accepted in one request.", default=50_000)
 

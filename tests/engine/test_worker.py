@@ -78,7 +78,9 @@ def test_loop_serves_refuses_and_aborts(harness: Harness) -> None:
         ipc.Abort("never-submitted"),
         ipc.Submit("c", "Aborted before it runs.", duration_s=4.0, num_step=32),
         ipc.Abort("c"),
-        ipc.Submit("d", "Aborted while it runs.", duration_s=8.0, num_step=64),
+        # The longest a segment may be: on an H200 a 64-step, 8 s one finished before the abort arrived (a's
+        # audio waits for the codec, d's steps do not).
+        ipc.Submit("d", "Aborted while it runs.", duration_s=20.0, num_step=256),
     ):
         harness.inbox.put(message)
     got = harness.until(lambda m: isinstance(m, ipc.Audio) and m.request_id == "a")

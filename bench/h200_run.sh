@@ -5,6 +5,7 @@
 #   GPU_TESTS  the GPU-marked engine tests (~1-2 min)                       → $OUT/gpu_tests_h200.txt
 #   BULK       bench/omnivoice_bench.py (ours; the reference too unless BULK_ARGS has --no-ref), BULK_S budget
 #                                                                            → $OUT/omnivoice_bench.{md,jsonl}
+#              BULK_B_ARGS: then the same again with these flags (each gets half the budget) → $OUT/b/
 #   SERVE      bench/omnivoice_serve.py through the real server: AGENTS (1,25,50,100), LOAD (1000) at RATE (100)
 #              req/s, extra server flags in SERVER_ARGS                      → $OUT/$SERVE_NAME.md
 #              SERVE_B_ARGS: then the same again with these server flags    → $OUT/${SERVE_NAME}_b.md
@@ -28,11 +29,19 @@ if [ "${BULK:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
     # SM clock and power every 200 ms beside the bench: a sustained GEMM load may run below the boost clock
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 200 \
         > "$OUT/smi_bulk.csv" 2>/dev/null & smi=$!
+    [ -n "${BULK_B_ARGS:-}" ] && budget=$(( budget / 2 ))
     timeout $((budget + 30)) python3 bench/omnivoice_bench.py --ckpt "$ckpt" --out-dir "$OUT" --budget-s "$budget" \
         ${BULK_ARGS:-} >> "$log" 2>&1
     echo "bulk: rc $? at $((SECONDS - start)) s" | tee -a "$log"
-    kill $smi 2>/dev/null
     cat "$OUT/omnivoice_bench.md" 2>/dev/null | grep -E '^\| (ours|reference)|^Single'
+    if [ -n "${BULK_B_ARGS:-}" ]; then  # A/B: the same bench again with other flags, results under $OUT/b
+        mkdir -p "$OUT/b"
+        timeout $((budget + 30)) python3 bench/omnivoice_bench.py --ckpt "$ckpt" --out-dir "$OUT/b" \
+            --budget-s "$budget" $BULK_B_ARGS >> "$log" 2>&1
+        echo "bulk b: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+        cat "$OUT/b/omnivoice_bench.md" 2>/dev/null | grep -E '^\| (ours|reference)|^Single'
+    fi
+    kill $smi 2>/dev/null
 fi
 serve() {  # serve NAME SERVER_ARGS SECONDS
     # SIGINT on timeout: the bench's finally stops its server.

@@ -20,7 +20,8 @@ from triton.language.extra import libdevice
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-@triton.jit
+# Sizes are not specialised on (only the tile shape is), so a new codec length does not compile a new variant.
+@triton.jit(do_not_specialize=["num_rows", "num_channels", "length"])
 def _snake_kernel(x_ptr, alpha_ptr, out_ptr, num_rows, num_channels, length, stride_xb, stride_xc, stride_ob,
                   stride_oc, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PRECISE_SIN: tl.constexpr):
     # One program: a tile of BLOCK_R (batch, channel) rows × BLOCK_T samples; short rows (the decoder's first
@@ -34,8 +35,8 @@ def _snake_kernel(x_ptr, alpha_ptr, out_ptr, num_rows, num_channels, length, str
     mask = row_ok[:, None] & (t < length)[None, :]
     x_off = (b * stride_xb + c.to(tl.int64) * stride_xc)[:, None] + t[None, :]
     x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
-    # The eager module's op order: reciprocal(alpha + 1e-9) (IEEE division, as torch's), sin(alpha·x), squared
-    # by a product (torch's pow(2)), times the reciprocal, plus x.
+    # The eager module's op order and roundings: reciprocal(alpha + 1e-9) (IEEE division, as torch's),
+    # sin(alpha·x), squared by a product (torch's pow(2)), times the reciprocal, plus x (no FMA: see the launch).
     inv = tl.math.div_rn(tl.full(alpha.shape, 1.0, tl.float32), alpha + 1e-9)
     ax = alpha * x
     if PRECISE_SIN:
@@ -47,6 +48,8 @@ def _snake_kernel(x_ptr, alpha_ptr, out_ptr, num_rows, num_channels, length, str
     tl.store(out_ptr + out_off, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+# enable_fp_fusion=False: no multiply-add contraction; torch rounds the product before the add, so do we.
+LAUNCH_OPTIONS = {"num_warps": 4, "enable_fp_fusion": False}
 # Elements per program. The interpreter runs programs one at a time in Python (~20 ms each), so it gets
 # big tiles (tests pass tile= to cross tile edges anyway).
 _TILE = 16384 if _INTERPRET else 1024
@@ -70,12 +73,14 @@ def snake(x: torch.Tensor, alpha: torch.Tensor, tile: int = _TILE) -> torch.Tens
     out = torch.empty(num_batch, num_channels, length, dtype=x.dtype, device=x.device)  # [B, C, T]
     num_rows = num_batch * num_channels
     if out.numel():
-        block_t = min(tile, triton.next_power_of_2(length))
+        # Rows shorter than the tile (the decoder's first stages: ~150 samples at 6 s) share a program; five
+        # tile shapes in all (64-1024 samples wide).
+        block_t = min(tile, max(64, triton.next_power_of_2(length)))
         block_r = tile // block_t
         grid = (triton.cdiv(num_rows, block_r), triton.cdiv(length, block_t))
         _snake_kernel[grid](x3, alpha_flat, out, num_rows, num_channels, length, x3.stride(0), x3.stride(1),
                             out.stride(0), out.stride(1), BLOCK_R=block_r, BLOCK_T=block_t,
-                            PRECISE_SIN=not _INTERPRET, num_warps=4)
+                            PRECISE_SIN=not _INTERPRET, **LAUNCH_OPTIONS)
     return out.view(shape)
 
 

@@ -186,6 +186,8 @@ def bench_attention_variants(rec: dict[str, Any], q: torch.Tensor, k: torch.Tens
         tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(n, len(lens), bm), bm)
         opts: dict[str, Any] = {"mode": mode, "heads_per_program": hp, "block_m": bm, "block_n": bn,
                                 "num_warps": nw, "num_stages": st}
+        if mode == "split":  # angles gathered once per forward, as rope_then_attn has them
+            opts["angles"] = (cos_n, sin_n)
         try:
             out = kernels.norm_rope_attention(q0.clone(), k0.clone(), v, cu, max(lens), tiles, qw, kw, pos, cos_t,
                                               sin_t, 1e-6, **opts).float()

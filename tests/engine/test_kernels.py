@@ -278,8 +278,11 @@ def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype,
     ref = kernels.varlen_attention_ref(rq, rk, v.double(), cu, max(lens))
     q_raw, v_raw = q.clone(), v.clone()
     out = torch.full_like(q, float("nan"))
+    # split with the angles gathered by the caller once (as a forward does) or by the call itself
+    angles = (cos_t[positions], sin_t[positions]) if mode == "split" and heads_per_program is None else None
     kernels.norm_rope_attention(q, k, v, cu, max(lens) + 40, tiles, qw, kw, positions, cos_t, sin_t, 1e-6,
-                                out=out, mode=mode, heads_per_program=heads_per_program, block_m=block_m)
+                                out=out, mode=mode, heads_per_program=heads_per_program, block_m=block_m,
+                                angles=angles)
     assert rel_err(out[:real], ref[:real]) < tol(dtype)
     assert out[real:].isnan().all(), "padding tokens are not written"
     assert rel_err(k, rk) < tol(dtype), "k is left normalised and rotated"

@@ -386,12 +386,14 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
                         positions: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor, eps: float,
                         scale: float | None = None, out: torch.Tensor | None = None, mode: str = "q_fused",
                         heads_per_program: int | None = None, block_m: int = 64, block_n: int = 32,
-                        num_warps: int = 4, num_stages: int = 3, k_tokens_per_program: int = 2) -> torch.Tensor:
+                        num_warps: int = 4, num_stages: int = 3, k_tokens_per_program: int = 2,
+                        angles: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """varlen_attention(qk_norm_rope(q, k)) on the raw projections, by one of ATTENTION_MODES (the signature
     of varlen_attention_rope plus the strategy; tiles from attention_tiles with the same block_m):
 
     split   — qk_norm_rope rewrites q and k in place, then attention (heads_per_program=1: the old
-              varlen_attention kernel; else the GQA-sharing kernel).
+              varlen_attention kernel; else the GQA-sharing kernel). angles: the per-token (cos, sin)
+              [num_tokens, head_dim] gathered once per forward; else gathered from the tables here.
     q_fused — head_norm_rope rewrites k only (in place); the attention kernel normalises and rotates each
               query tile as it loads it (q is not modified); GQA sharing as in split.
     fused   — varlen_attention_rope: q and k untouched, every K tile re-normalised per query tile and head
@@ -403,7 +405,8 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
                                      block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     heads = _heads_per_program(q.shape[1], k.shape[1], heads_per_program)
     if mode == "split":
-        qk_norm_rope(q, k, q_weight, k_weight, cos_table[positions], sin_table[positions], eps)
+        cos, sin = (cos_table[positions], sin_table[positions]) if angles is None else angles  # [N, D]
+        qk_norm_rope(q, k, q_weight, k_weight, cos, sin, eps)
         if heads == 1:
             return varlen_attention(q, k, v, cu_seqlens, max_seqlen, scale=scale, out=out, tiles=tiles,
                                     block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)

@@ -2,7 +2,7 @@
 reference `omnivoice` 0.2.1 generate(), in ONE run on the same full-size random weights.
 
     python bench/omnivoice_bench.py --out-dir OUT [--ckpt DIR] [--batches 1,16,64,128] [--modes design,clone]
-        [--ref-batches 1,64] [--steps 32] [--dur 6] [--budget-s 540] [--no-ref]
+        [--ref-batches 1,64] [--steps 32] [--dur 6] [--budget-s 540] [--no-ref] [--precision fp32|reference]
 
 Measures: bulk xRT (seconds of audio per wall second, diffusion + batched codec decode) at each batch,
 MFU of the diffusion loop against 775 TFLOP/s (useful FLOPs: real tokens only), single-utterance latency
@@ -244,7 +244,7 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
 
     t0 = time.perf_counter()
     model = OmniVoiceModel.from_pretrained(ckpt, dtype=torch.bfloat16, device="cuda")
-    runner = StepRunner(model)
+    runner = StepRunner(model, precision=args.precision)
     # The bulk table decodes with the fused Snake kernel only under --fused-snake (set here either way, whatever
     # StepRunner chose), so the table states which codec ran.
     use_fused_snake(model.codec.model, enabled=args.fused_snake)
@@ -284,6 +284,7 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
             pipe_s = pipelined(runner, model, mode, num, args, args.pipeline) if args.pipeline else None
             emit(out_dir, {
                 "kind": "gen", "impl": "ours", "mode": mode, "B": num, "dur_s": args.dur, "num_step": args.steps,
+                "precision": args.precision,
                 "tokens_per_step": batch.num_tokens, "max_seqlen": batch.max_seqlen,
                 "wall_s": round(wall, 4), "loop_s": round(loop, 4), "per_step_ms": round(1000 * loop / args.steps, 3),
                 "decode_and_prep_s": round(wall - loop, 4), "xrt": round(num * args.dur / wall, 1),
@@ -357,12 +358,13 @@ def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace
 
     items = our_items(model, "design", 4, args.dur, args.steps)
     batch = decoding.pack([decoding.ItemState.start(it, "cuda") for it in items], "cuda")
-    rec: dict[str, Any] = {"kind": "check", "B": 4}
+    rec: dict[str, Any] = {"kind": "check", "B": 4, "precision": runner.precision}
     with torch.inference_mode():
         embeds = model.embed(batch.ids, batch.audio_mask)
         ref = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention).float()
         for fuse in (True, False):
-            out = FusedBackbone(model, fuse_rope=fuse)(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen)
+            out = FusedBackbone(model, fuse_rope=fuse, residual_dtype=runner.fused.residual_dtype)(
+                embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen)
             rec[f"hidden_rel_err_fuse_rope_{fuse}"] = float((out.float() - ref).norm() / ref.norm())
         tokens, _ = runner.forward_step(batch)
         before = batch.tokens.clone()
@@ -450,6 +452,9 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              f"checkpoint, 612.6 M LLM params) with a word-level bench tokenizer; bf16; {args.steps} steps; "
              f"{args.dur:g} s clips; xRT = seconds of audio per wall second (diffusion + codec decode + host "
              f"prep); MFU = useful FLOPs of the diffusion loop / {CARD_TFLOPS:g} TFLOP/s.", "",
+             f"Our precision (--precision): {args.precision} (fp32: fp32 residual stream, embedding and final norm, "
+             "TF32 audio head, fp32 logits; reference: all of those in bf16 as the reference package computes "
+             "them at dtype=bfloat16, scoring in fp32).", "",
              "xRT pipelined: several batches back to back with host prepare/pack overlapping the GPU (how a busy "
              "worker runs); xRT: one batch alone, everything serial.", "",
              f"Codec in this table: {'fused Snake kernel' if args.fused_snake else 'stock transformers Snake1d'} "
@@ -494,6 +499,8 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-batch", type=int, default=128)
     p.add_argument("--pipeline", type=int, default=3, help="batches in the steady-state pipelined run (0: off)")
+    p.add_argument("--precision", choices=("fp32", "reference"), default="fp32",
+                   help="StepRunner(precision=...): reference = bf16 residual stream and audio head, as omnivoice")
     p.add_argument("--fused-snake", action=argparse.BooleanOptionalAction, default=True,
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     args = p.parse_args()

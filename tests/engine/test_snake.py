@@ -82,6 +82,13 @@ def _tiny_codec(tiny_checkpoint: Path, device: str) -> torch.nn.Module:
     return model.codec  # type: ignore[no-any-return]
 
 
+def _assert_same_audio(out: np.ndarray, ref: np.ndarray, device: str) -> None:
+    # CPU: fp32 convs, so only the activations' last-bit differences show. CUDA: the convs run in TF32, where
+    # a last-bit change of an input can flip its 10-bit rounding; still far below any audible change.
+    tol = 1e-5 if device == "cpu" else 1e-3
+    np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * float(np.abs(ref).max()))
+
+
 def _decode_before_and_after(codec: torch.nn.Module, lengths: tuple[int, ...]) -> None:
     g = torch.Generator().manual_seed(0)
     grids = [torch.randint(0, 1024, (8, t), generator=g) for t in lengths]
@@ -92,7 +99,7 @@ def _decode_before_and_after(codec: torch.nn.Module, lengths: tuple[int, ...]) -
     assert all(type(m).__name__ != "Snake1d" for m in codec.model.modules())
     fused = codec.decode(grids)
     for a, b in zip(fused, stock, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+        _assert_same_audio(a, b, codec.device.type)
     assert kernels.use_fused_snake(codec.model, enabled=False) == num_snakes
     restored = codec.decode(grids)
     for a, b in zip(restored, stock, strict=True):
@@ -118,7 +125,7 @@ def test_tiny_codec_on_cuda_switched_and_graph_captured(tiny_checkpoint: Path) -
     graphs = CodecGraphs(codec, max_frames=64)  # type: ignore[arg-type]
     for _round in range(2):  # captured with the fused modules, then replayed
         for a, b in zip(graphs.decode(grids), stock, strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+            _assert_same_audio(a, b, "cuda")
     assert graphs.stats.captured == 2 and not graphs.stats.failed_lengths
 
 

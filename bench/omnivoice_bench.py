@@ -148,12 +148,14 @@ def bench_kernels(out_dir: Path) -> None:
 
 
 # kernels.norm_rope_attention variants beside rope_then_attn (mode, heads per program (None: the GQA group),
-# per-head block_m, block_n, warps, stages). q_fused: k-only norm + RoPE, q normalised as its tile loads.
+# per-head block_m, block_n, warps, stages). q_fused: k-only norm + RoPE, q normalised as its tile loads
+# (q_fused_swap: that q tile computed full-width, q_rope_join=False).
 ATTN_VARIANTS = [("q_fused", 1, 64, 32, 4, 3), ("q_fused", 1, 64, 64, 4, 2),
                  ("split", None, 32, 32, 4, 3), ("split", None, 64, 32, 8, 3), ("split", None, 64, 64, 8, 2),
                  ("q_fused", None, 32, 32, 4, 3), ("q_fused", None, 32, 64, 4, 2), ("q_fused", None, 32, 64, 4, 3),
                  ("q_fused", None, 64, 32, 4, 3), ("q_fused", None, 64, 32, 8, 3), ("q_fused", None, 64, 64, 8, 2),
-                 ("q_fused", None, 64, 64, 8, 3)]
+                 ("q_fused", None, 64, 64, 8, 3), ("q_fused_swap", None, 32, 64, 4, 3),
+                 ("q_fused_swap", None, 64, 64, 8, 2)]
 
 
 def bench_attention_variants(rec: dict[str, Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -184,8 +186,9 @@ def bench_attention_variants(rec: dict[str, Any], q: torch.Tensor, k: torch.Tens
     for mode, hp, bm, bn, nw, st in ATTN_VARIANTS:
         name = f"{mode}_h{hp or 'g'}_{bm}x{bn}w{nw}s{st}"
         tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(n, len(lens), bm), bm)
-        opts: dict[str, Any] = {"mode": mode, "heads_per_program": hp, "block_m": bm, "block_n": bn,
-                                "num_warps": nw, "num_stages": st}
+        opts: dict[str, Any] = {"mode": mode.removesuffix("_swap"), "heads_per_program": hp, "block_m": bm,
+                                "block_n": bn, "num_warps": nw, "num_stages": st,
+                                "q_rope_join": not mode.endswith("_swap")}
         if mode == "split":  # angles gathered once per forward, as rope_then_attn has them
             opts["angles"] = (cos_n, sin_n)
         try:
@@ -327,29 +330,37 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
 
 
 def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 128) -> None:
-    """Eager codec decode of one batch of `num` random dur-second grids with transformers' Snake1d modules and
-    with the fused Snake kernel: ms each (median of 3, synced), max abs difference of the waveforms. Leaves
-    the codec as --fused-snake set it."""
+    """Eager codec decode of one batch of `num` random dur-second grids with transformers' Snake1d modules, with
+    the fused Snake kernel, and fused with cudnn.benchmark (a candidate: cuDNN's timed algorithm choice may
+    avoid the NCHW<->NHWC conversions the heuristics' TF32 kernels pay): ms each (median of 3, synced), max
+    abs difference of the waveforms to the stock ones. Leaves the codec as --fused-snake set it."""
     from realtime_tts.engine.kernels import use_fused_snake
 
     g = torch.Generator().manual_seed(5)
     grids = torch.randint(0, 1024, (num, 8, round(args.dur * 25)), generator=g).to(model.codec.device)  # [B, 8, T]
     rec: dict[str, Any] = {"kind": "codec", "B": num, "dur_s": args.dur}
     waves = {}
-    with torch.inference_mode():
-        for name, fused in (("stock", False), ("fused", True)):
-            rec[f"num_switched_{name}"] = use_fused_snake(model.codec.model, enabled=fused)
-            times = []
-            for _ in range(4):  # the first: warm-up (cuDNN algorithms, Triton compile)
-                sync()
-                t1 = time.perf_counter()
-                waves[name] = model.codec.model.decode(grids).audio_values  # [B, 1, 960·frames]
-                sync()
-                times.append(time.perf_counter() - t1)
-            rec[f"{name}_ms"] = round(1000 * statistics.median(times[1:]), 1)
-        rec["max_abs_diff"] = float((waves["fused"] - waves["stock"]).abs().max())
-        rec["max_abs_stock"] = float(waves["stock"].abs().max())
-    use_fused_snake(model.codec.model, enabled=args.fused_snake)
+    cudnn_benchmark = torch.backends.cudnn.benchmark
+    try:
+        with torch.inference_mode():
+            for name, fused, timed_algos in (("stock", False, False), ("fused", True, False),
+                                             ("fused_cudnn_benchmark", True, True)):
+                rec[f"num_switched_{name}"] = use_fused_snake(model.codec.model, enabled=fused)
+                torch.backends.cudnn.benchmark = timed_algos
+                times = []
+                for _ in range(4):  # the first: warm-up (cuDNN algorithms, Triton compile)
+                    sync()
+                    t1 = time.perf_counter()
+                    waves[name] = model.codec.model.decode(grids).audio_values  # [B, 1, 960·frames]
+                    sync()
+                    times.append(time.perf_counter() - t1)
+                rec[f"{name}_ms"] = round(1000 * statistics.median(times[1:]), 1)
+                if name != "stock":
+                    rec[f"{name}_max_abs_diff"] = float((waves[name] - waves["stock"]).abs().max())
+            rec["max_abs_stock"] = float(waves["stock"].abs().max())
+    finally:
+        torch.backends.cudnn.benchmark = cudnn_benchmark
+        use_fused_snake(model.codec.model, enabled=args.fused_snake)
     del waves
     torch.cuda.empty_cache()
     emit(out_dir, rec)
@@ -479,8 +490,10 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
                           f"(min {r['graphed_ms_min']})."]
         if r["kind"] == "codec":
             lines += ["", f"Codec decode, B={r['B']} random {r['dur_s']:g} s grids, eager, median of 3: stock Snake1d "
-                          f"{r['stock_ms']} ms, fused Snake kernel {r['fused_ms']} ms; max abs waveform difference "
-                          f"{r['max_abs_diff']:.3g} (stock peak {r['max_abs_stock']:.3g})."]
+                          f"{r['stock_ms']} ms, fused Snake kernel {r['fused_ms']} ms (max abs waveform difference "
+                          f"{r['fused_max_abs_diff']:.3g}), fused with cudnn.benchmark {r['fused_cudnn_benchmark_ms']} "
+                          f"ms (difference {r['fused_cudnn_benchmark_max_abs_diff']:.3g}); stock peak "
+                          f"{r['max_abs_stock']:.3g}."]
         if r["kind"] == "attn":
             lines += ["", "Attention " + json.dumps({k: v for k, v in r.items() if k not in ('kind', 't_s')})]
     text = "\n".join(lines) + "\n"

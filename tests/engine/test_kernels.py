@@ -253,10 +253,11 @@ ATTN_CASES = [((4, 2, 32), [37, 1, 70, 5]), ((8, 2, 16), [23, 9]), ((6, 2, 32), 
 
 
 @pytest.mark.parametrize("dtype", ATTN_DTYPES)
-@pytest.mark.parametrize("mode", ["split", "q_fused"])
+@pytest.mark.parametrize("variant", ["split", "q_fused", "q_fused_swap"])
 @pytest.mark.parametrize(("case", "heads_per_program"), [(0, 1), (0, None), (1, None), (2, None)])
-def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype, mode: str, case: int,
+def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype, variant: str, case: int,
                                                              heads_per_program: int | None) -> None:
+    mode = variant.removesuffix("_swap")  # _swap: the q tile rotated full-width (q_rope_join=False)
     shape, lens = ATTN_CASES[case]
     num_q, num_kv, head_dim = shape
     real = sum(lens)
@@ -282,7 +283,7 @@ def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype,
     angles = (cos_t[positions], sin_t[positions]) if mode == "split" and heads_per_program is None else None
     kernels.norm_rope_attention(q, k, v, cu, max(lens) + 40, tiles, qw, kw, positions, cos_t, sin_t, 1e-6,
                                 out=out, mode=mode, heads_per_program=heads_per_program, block_m=block_m,
-                                angles=angles)
+                                angles=angles, q_rope_join=not variant.endswith("_swap"))
     assert rel_err(out[:real], ref[:real]) < tol(dtype)
     assert out[real:].isnan().all(), "padding tokens are not written"
     assert rel_err(k, rk) < tol(dtype), "k is left normalised and rotated"

@@ -186,17 +186,58 @@ def _varlen_rope_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_pt
 
 
 @triton.jit
+def _norm_rope_q_tile(q_rows, m_valid, tok_m, qw_ptr, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps,
+                      HEAD_DIM: tl.constexpr, TILE_M: tl.constexpr, JOIN: tl.constexpr):
+    """The query tile [TILE_M, HEAD_DIM] from raw rows (q_rows: each tile row's first element): RMSNorm ×
+    weight, then RoPE, with the eager layers' roundings. JOIN: work on [TILE_M, HALF] halves (half the live
+    registers) and interleave them back into one tile; else full-width tiles, the rotate-half partner read by a
+    second, half-swapped load (L1-resident) so no register shuffle is needed."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    dt = q_rows.dtype.element_ty
+    pos = tl.load(pos_ptr + tok_m, mask=m_valid, other=0)
+    if JOIN:
+        offs_h = tl.arange(0, HALF)
+        x1 = tl.load(q_rows[:, None] + offs_h[None, :], mask=m_valid[:, None], other=0.0).to(tl.float32)
+        x2 = tl.load(q_rows[:, None] + HALF + offs_h[None, :], mask=m_valid[:, None], other=0.0).to(tl.float32)
+        rstd = (1.0 / tl.sqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / HEAD_DIM + eps))[:, None]
+        w1 = tl.load(qw_ptr + offs_h).to(tl.float32)[None, :]
+        w2 = tl.load(qw_ptr + HALF + offs_h).to(tl.float32)[None, :]
+        n1 = ((x1 * rstd).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
+        n2 = ((x2 * rstd).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
+        c = tl.load(cos_ptr + pos[:, None] * stride_tab + offs_h[None, :]).to(tl.float32)  # halves share angles
+        s = tl.load(sin_ptr + pos[:, None] * stride_tab + offs_h[None, :]).to(tl.float32)
+        r1 = (n1 * c - n2 * s).to(dt)
+        r2 = (n2 * c + n1 * s).to(dt)
+        # [TILE_M, HALF] × 2 → [TILE_M, 2, HALF] → row-major [TILE_M, HEAD_DIM] = (r1 | r2)
+        q = tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (TILE_M, HEAD_DIM))
+    else:
+        offs_d = tl.arange(0, HEAD_DIM)
+        # rotate_half(x)[d] is -x[d + HALF] below HALF and x[d - HALF] above; weight and sign follow the swap
+        swap = (offs_d + HALF) % HEAD_DIM
+        x = tl.load(q_rows[:, None] + offs_d[None, :], mask=m_valid[:, None], other=0.0).to(tl.float32)
+        rstd = (1.0 / tl.sqrt(tl.sum(x * x, 1) / HEAD_DIM + eps))[:, None]
+        n = ((x * rstd).to(dt).to(tl.float32) * tl.load(qw_ptr + offs_d).to(tl.float32)[None, :])
+        n = n.to(dt).to(tl.float32)
+        xs = tl.load(q_rows[:, None] + swap[None, :], mask=m_valid[:, None], other=0.0).to(tl.float32)
+        ns = ((xs * rstd).to(dt).to(tl.float32) * tl.load(qw_ptr + swap).to(tl.float32)[None, :])
+        ns = ns.to(dt).to(tl.float32) * tl.where(offs_d < HALF, -1.0, 1.0)[None, :]
+        c = tl.load(cos_ptr + pos[:, None] * stride_tab + offs_d[None, :]).to(tl.float32)
+        s = tl.load(sin_ptr + pos[:, None] * stride_tab + offs_d[None, :]).to(tl.float32)
+        q = (n * c + ns * s).to(dt)
+    return q
+
+
+@triton.jit
 def _varlen_gqa_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_ptr, pos_ptr, cos_ptr, sin_ptr,
                            stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
                            stride_tab, eps, qk_scale_log2,
                            STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr,
                            HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           NORM_Q: tl.constexpr):
+                           NORM_Q: tl.constexpr, Q_JOIN: tl.constexpr):
     """One program per (listed tile, HEADS q heads of one kv head): the heads' query tiles are stacked into one
     [HEADS * BLOCK_M, HEAD_DIM] tile, so each K/V tile is loaded once for all of them. NORM_Q: q is the raw
     projection and gets RMSNorm × weight and RoPE as its tile is loaded (once per program, the eager layers'
     roundings); k must already be normalised and rotated (head_norm_rope)."""
-    HALF: tl.constexpr = HEAD_DIM // 2
     TILE_M: tl.constexpr = HEADS * BLOCK_M
     row = tl.load(tiles_ptr + 2 * tl.program_id(0))
     m_block = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
@@ -216,24 +257,11 @@ def _varlen_gqa_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_ptr
     m_valid = offs_m < seqlen
     tok_m = (start + offs_m).to(tl.int64)
     q_rows = q_ptr + tok_m * stride_qt + head * stride_qh  # [TILE_M]
-    q = tl.load(q_rows[:, None] + offs_d[None, :], mask=m_valid[:, None], other=0.0)  # [TILE_M, HEAD_DIM]
     if NORM_Q:
-        dt = q_ptr.dtype.element_ty
-        # rotate_half(x)[d] is -x[d + HALF] below HALF and x[d - HALF] above: load the tile again with its
-        # halves swapped (L1-resident) instead of shuffling registers; norm weight and sign follow the swap.
-        swap = (offs_d + HALF) % HEAD_DIM
-        xs = tl.load(q_rows[:, None] + swap[None, :], mask=m_valid[:, None], other=0.0).to(tl.float32)
-        x = q.to(tl.float32)
-        rstd = (1.0 / tl.sqrt(tl.sum(x * x, 1) / HEAD_DIM + eps))[:, None]
-        w = tl.load(qw_ptr + offs_d).to(tl.float32)[None, :]
-        ws = tl.load(qw_ptr + swap).to(tl.float32)[None, :]
-        n = ((x * rstd).to(dt).to(tl.float32) * w).to(dt).to(tl.float32)
-        ns = ((xs * rstd).to(dt).to(tl.float32) * ws).to(dt).to(tl.float32)
-        pos = tl.load(pos_ptr + tok_m, mask=m_valid, other=0)
-        c = tl.load(cos_ptr + pos[:, None] * stride_tab + offs_d[None, :]).to(tl.float32)
-        s = tl.load(sin_ptr + pos[:, None] * stride_tab + offs_d[None, :]).to(tl.float32)
-        sign = tl.where(offs_d < HALF, -1.0, 1.0)[None, :]
-        q = (n * c + sign * ns * s).to(dt)
+        q = _norm_rope_q_tile(q_rows, m_valid, tok_m, qw_ptr, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps,
+                              HEAD_DIM, TILE_M, Q_JOIN)
+    else:
+        q = tl.load(q_rows[:, None] + offs_d[None, :], mask=m_valid[:, None], other=0.0)  # [TILE_M, HEAD_DIM]
     m_i = tl.full([TILE_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([TILE_M], dtype=tl.float32)
     acc = tl.zeros([TILE_M, HEAD_DIM], dtype=tl.float32)
@@ -345,13 +373,14 @@ def varlen_attention_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
                          positions: torch.Tensor | None = None, cos_table: torch.Tensor | None = None,
                          sin_table: torch.Tensor | None = None, eps: float = 1e-6, scale: float | None = None,
                          out: torch.Tensor | None = None, heads_per_program: int | None = None,
-                         block_m: int = 64, block_n: int = 32, num_warps: int = 4,
-                         num_stages: int = 3) -> torch.Tensor:
+                         block_m: int = 64, block_n: int = 32, num_warps: int = 4, num_stages: int = 3,
+                         q_rope_join: bool = True) -> torch.Tensor:
     """varlen_attention with the q heads of one kv head sharing a program (each K/V tile loaded once for all of
     them; heads_per_program None = the whole group when it is a power of two). tiles from attention_tiles with
     the same block_m (the per-head tile height). q_weight given: q is the RAW projection (read, not modified)
     and is normalised × q_weight and rotated at positions [num_tokens] with the fp32 cos/sin tables
-    [max_position, head_dim] as it loads; k must then already hold rope(rms_norm(k) * k_weight)."""
+    [max_position, head_dim] as it loads; k must then already hold rope(rms_norm(k) * k_weight). q_rope_join:
+    how the query tile is rotated (see _norm_rope_q_tile; the two differ in registers and speed only)."""
     _, num_q_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     assert num_q_heads % num_kv_heads == 0 and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
@@ -373,7 +402,7 @@ def varlen_attention_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
         out.stride(0), out.stride(1), cos_table.stride(0) if cos_table is not None else 0, eps,
         scale * 1.4426950408889634,
         STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads, HEADS=heads,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, NORM_Q=norm_q,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, NORM_Q=norm_q, Q_JOIN=q_rope_join,
         num_warps=num_warps, num_stages=num_stages)
     return out
 
@@ -387,7 +416,8 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
                         scale: float | None = None, out: torch.Tensor | None = None, mode: str = "q_fused",
                         heads_per_program: int | None = None, block_m: int = 64, block_n: int = 32,
                         num_warps: int = 4, num_stages: int = 3, k_tokens_per_program: int = 2,
-                        angles: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                        angles: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        q_rope_join: bool = True) -> torch.Tensor:
     """varlen_attention(qk_norm_rope(q, k)) on the raw projections, by one of ATTENTION_MODES (the signature
     of varlen_attention_rope plus the strategy; tiles from attention_tiles with the same block_m):
 
@@ -395,7 +425,8 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
               varlen_attention kernel; else the GQA-sharing kernel). angles: the per-token (cos, sin)
               [num_tokens, head_dim] gathered once per forward; else gathered from the tables here.
     q_fused — head_norm_rope rewrites k only (in place); the attention kernel normalises and rotates each
-              query tile as it loads it (q is not modified); GQA sharing as in split.
+              query tile as it loads it (q is not modified; q_rope_join: how, see _norm_rope_q_tile); GQA
+              sharing as in split.
     fused   — varlen_attention_rope: q and k untouched, every K tile re-normalised per query tile and head
               (cheapest at small token counts only).
     """
@@ -417,7 +448,8 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
         head_norm_rope(k, k_weight, positions, cos_table, sin_table, eps, tokens_per_program=k_tokens_per_program)
         return varlen_attention_gqa(q, k, v, cu_seqlens, max_seqlen, tiles, q_weight, positions, cos_table,
                                     sin_table, eps, scale=scale, out=out, heads_per_program=heads,
-                                    block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+                                    block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+                                    q_rope_join=q_rope_join)
     raise ValueError(f"attention mode must be one of {ATTENTION_MODES}, got {mode!r}")
 
 

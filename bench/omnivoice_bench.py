@@ -247,7 +247,9 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
 
     t0 = time.perf_counter()
     model = OmniVoiceModel.from_pretrained(ckpt, dtype=torch.bfloat16, device="cuda")
-    runner = StepRunner(model, precision=args.precision)
+    runner = StepRunner(model, precision=args.precision, attention=args.attention,
+                        attention_block=tuple(int(v) for v in args.attention_block.split(",")),  # type: ignore[arg-type]
+                        attention_heads=args.attention_heads or None)
     # The bulk table decodes with the fused Snake kernel only under --fused-snake (set here either way, whatever
     # StepRunner chose), so the table states which codec ran.
     use_fused_snake(model.codec.model, enabled=args.fused_snake)
@@ -287,7 +289,8 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
             pipe_s = pipelined(runner, model, mode, num, args, args.pipeline) if args.pipeline else None
             emit(out_dir, {
                 "kind": "gen", "impl": "ours", "mode": mode, "B": num, "dur_s": args.dur, "num_step": args.steps,
-                "precision": args.precision,
+                "precision": args.precision, "attention": f"{args.attention}/{args.attention_block}/"
+                                                          f"{args.attention_heads}",
                 "tokens_per_step": batch.num_tokens, "max_seqlen": batch.max_seqlen,
                 "wall_s": round(wall, 4), "loop_s": round(loop, 4), "per_step_ms": round(1000 * loop / args.steps, 3),
                 "decode_and_prep_s": round(wall - loop, 4), "xrt": round(num * args.dur / wall, 1),
@@ -475,6 +478,8 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              "worker runs); xRT: one batch alone, everything serial.", "",
              f"Codec in this table: {'fused Snake kernel' if args.fused_snake else 'stock transformers Snake1d'} "
              "(--fused-snake / --no-fused-snake).", "",
+             f"Bulk attention (--attention, --attention-block, --attention-heads): {args.attention}, block "
+             f"{args.attention_block}, {args.attention_heads or 'GQA group'} q head(s) per program.", "",
              "| impl | mode | B | wall s | xRT | xRT pipelined | per step ms | loop TFLOP/s | MFU (loop) | graph hits/misses |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in gens:
@@ -519,6 +524,12 @@ def main() -> None:
     p.add_argument("--pipeline", type=int, default=3, help="batches in the steady-state pipelined run (0: off)")
     p.add_argument("--precision", choices=("fp32", "reference"), default="fp32",
                    help="StepRunner(precision=...): reference = bf16 residual stream and audio head, as omnivoice")
+    p.add_argument("--attention", choices=("split", "q_fused"), default="split",
+                   help="StepRunner(attention=...) for bulk forwards: split = q/k norm+rope kernel then attention; "
+                        "q_fused = k-only norm+rope, q normalised as the attention kernel loads it")
+    p.add_argument("--attention-block", default="64,32,4,3",
+                   help="bulk attention block_m,block_n,num_warps,num_stages (block_m per q head)")
+    p.add_argument("--attention-heads", type=int, default=1, help="q heads per attention program; 0 = the GQA group")
     p.add_argument("--fused-snake", action=argparse.BooleanOptionalAction, default=True,
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     args = p.parse_args()

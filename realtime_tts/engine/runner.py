@@ -54,9 +54,14 @@ class FusedBackbone:
     # step) for forwards of at most fuse_rope_max_tokens tokens. Measured on the H200: at B=1 the fused kernel
     # beats rope + attention, at B=64 (21k tokens) it is 1.5x slower (every K tile is re-normalised and
     # re-rotated once per query tile and head), so large buckets keep the separate rope kernel.
+    # attention: how forwards above fuse_rope_max_tokens apply q/k norm + RoPE, one of kernels.ATTENTION_MODES
+    # ("split": qk_norm_rope then attention; "q_fused": k-only norm + RoPE, q normalised as the attention kernel
+    # loads its tile), with bulk_block = (per-head block_m, block_n, num_warps, num_stages) and bulk_heads q heads
+    # per program (None: the whole GQA group, sharing each K/V tile). The defaults are the old bulk path.
     def __init__(self, model: OmniVoiceModel, block_m: int = 64, block_n: int = 32, num_stages: int = 3,
                  fuse_rope: bool = True, fuse_rope_max_tokens: int = 2048,
-                 residual_dtype: torch.dtype = torch.float32) -> None:
+                 residual_dtype: torch.dtype = torch.float32, attention: str = "split",
+                 bulk_block: tuple[int, int, int, int] = (64, 32, 4, 3), bulk_heads: int | None = 1) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -70,6 +75,9 @@ class FusedBackbone:
         # The split rope dots need K = head_dim / 2 ≥ 16 on tensor cores (tiny test models have head_dim 16).
         self.fuse_rope = fuse_rope and self.head_dim >= 32
         self.fuse_rope_max_tokens = fuse_rope_max_tokens
+        if attention not in kernels.ATTENTION_MODES:
+            raise ValueError(f"attention must be one of {kernels.ATTENTION_MODES}, not {attention!r}")
+        self.attention, self.bulk_block, self.bulk_heads = attention, bulk_block, bulk_heads
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
@@ -104,11 +112,14 @@ class FusedBackbone:
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         mm_dtype = self.final_norm.dtype
         cos_table, sin_table = self.llm.rope_tables(max_seqlen, torch.float32)
-        fuse_rope = self.fuse_rope and n <= self.fuse_rope_max_tokens
-        if not fuse_rope:
-            cos, sin = cos_table[positions], sin_table[positions]  # [N, D] fp32
-        tiles = k.attention_tiles(cu_seqlens, k.max_attention_tiles(n, cu_seqlens.numel() - 1, self.block_m),
-                                  self.block_m)
+        heads: int | None  # q heads per attention program (None: the GQA group)
+        if self.fuse_rope and n <= self.fuse_rope_max_tokens:
+            mode, heads, (bm, bn, nw, ns) = "fused", 1, (self.block_m, self.block_n, 4, self.num_stages)
+        else:
+            mode, heads, (bm, bn, nw, ns) = self.attention, self.bulk_heads, self.bulk_block
+        # split: the per-token angles [N, D] fp32, gathered once for all layers
+        angles = (cos_table[positions], sin_table[positions]) if mode == "split" else None
+        tiles = k.attention_tiles(cu_seqlens, k.max_attention_tiles(n, cu_seqlens.numel() - 1, bm), bm)
         # Zeroed once: padding tokens are in no row, so attention never writes them; keep them finite.
         attn = torch.zeros(n, hq, d, dtype=mm_dtype, device=embeds.device)  # [N, Hq, D]
         # [N, H], updated in place by the fused add+norm (consume: the caller hands embeds over)
@@ -121,14 +132,9 @@ class FusedBackbone:
         for i, w in enumerate(self.layers):
             qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
             q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
-            if fuse_rope:
-                k.varlen_attention_rope(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions,
-                                        cos_table, sin_table, self.eps, out=attn, block_m=self.block_m,
-                                        block_n=self.block_n, num_stages=self.num_stages)
-            else:
-                k.qk_norm_rope(q, kk, w["qn"], w["kn"], cos, sin, self.eps)
-                k.varlen_attention(q, kk, v, cu_seqlens, max_seqlen, out=attn, tiles=tiles, block_m=self.block_m,
-                                   block_n=self.block_n, num_stages=self.num_stages)
+            k.norm_rope_attention(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions, cos_table,
+                                  sin_table, self.eps, out=attn, mode=mode, heads_per_program=heads, block_m=bm,
+                                  block_n=bn, num_warps=nw, num_stages=ns, angles=angles)
             o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
@@ -200,7 +206,9 @@ class StepRunner:
                  max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS, batch_buckets: tuple[int, ...] = BATCH_BUCKETS,
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
-                 codec_graph_frames: int = 0, precision: str = "fp32") -> None:
+                 codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "split",
+                 attention_block: tuple[int, int, int, int] = (64, 32, 4, 3), attention_heads: int | None = 1,
+                 fused_snake: bool = True) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
@@ -212,7 +220,8 @@ class StepRunner:
         self.use_graphs = cuda if use_graphs is None else use_graphs
         if self.use_graphs and not cuda:
             raise ValueError("CUDA graphs need a CUDA model")
-        self.fused = FusedBackbone(model, fuse_rope=fuse_rope, residual_dtype=stream_dtype) if self.use_fused else None
+        self.fused = FusedBackbone(model, fuse_rope=fuse_rope, residual_dtype=stream_dtype, attention=attention,
+                                   bulk_block=attention_block, bulk_heads=attention_heads) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
         self.head_tf32 = head_tf32 and precision == "fp32"
@@ -229,6 +238,12 @@ class StepRunner:
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._inflight: deque[torch.cuda.Event] = deque()
         self.codec_graphs: Any = None
+        if fused_snake and self.use_fused and cuda:
+            # one Triton pass per Snake activation of the codec (kernels/snake.py); on CUDA only: under the CPU
+            # interpreter a tiny decode would take seconds
+            from realtime_tts.engine.kernels import use_fused_snake
+
+            use_fused_snake(model.codec.model)
         if codec_graph_frames > 0 and cuda:
             from realtime_tts.engine.codec_graphs import CodecGraphs
 

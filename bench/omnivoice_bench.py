@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import platform
 import statistics
@@ -240,6 +241,31 @@ def pipelined(runner: Any, model: Any, mode: str, num: int, args: argparse.Names
     return time.perf_counter() - t0
 
 
+def pick_attention(out_dir: Path) -> tuple[str, str, int]:
+    """--attention auto: the bulk attention variant with the least summed time over this run's two 64-item
+    attention shapes (design and clone prefixes), among rope_then_attn (the old path) and the ATTN_VARIANTS the
+    runner can run (not the _swap ones), with a bf16 error against the old path under 1e-2.
+    → (mode, "block_m,block_n,warps,stages", heads per program (0: the GQA group))."""
+    records = [json.loads(line) for line in (out_dir / "omnivoice_bench.jsonl").read_text().splitlines()]
+    shapes = [r for r in records if r.get("kind") == "attn" and r.get("items") == 64]
+    candidates = {"rope_then_attn": ("split", "64,32,4,3", 1)}
+    for mode, hp, bm, bn, nw, st in ATTN_VARIANTS:
+        if not mode.endswith("_swap"):
+            candidates[f"{mode}_h{hp or 'g'}_{bm}x{bn}w{nw}s{st}"] = (mode, f"{bm},{bn},{nw},{st}", hp or 0)
+
+    def total_ms(name: str) -> float:
+        if not shapes or any(f"{name}_ms" not in r and name != "rope_then_attn" for r in shapes):
+            return math.inf
+        if any(r.get(f"{name}_rel_err", 0.0) > 1e-2 for r in shapes):
+            return math.inf
+        return sum(r["rope_then_attn_ms" if name == "rope_then_attn" else f"{name}_ms"] for r in shapes)
+
+    best = min(candidates, key=total_ms)
+    emit(out_dir, {"kind": "attention_pick", "variant": best, "ms_sum": total_ms(best),
+                   "old_ms_sum": total_ms("rope_then_attn")})
+    return candidates[best]
+
+
 def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
     from realtime_tts.engine.kernels import use_fused_snake
     from realtime_tts.engine.runner import StepRunner
@@ -247,6 +273,8 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
 
     t0 = time.perf_counter()
     model = OmniVoiceModel.from_pretrained(ckpt, dtype=torch.bfloat16, device="cuda")
+    if args.attention == "auto":
+        args.attention, args.attention_block, args.attention_heads = pick_attention(out_dir)
     runner = StepRunner(model, precision=args.precision, attention=args.attention,
                         attention_block=tuple(int(v) for v in args.attention_block.split(",")),  # type: ignore[arg-type]
                         attention_heads=args.attention_heads or None)
@@ -524,9 +552,10 @@ def main() -> None:
     p.add_argument("--pipeline", type=int, default=3, help="batches in the steady-state pipelined run (0: off)")
     p.add_argument("--precision", choices=("fp32", "reference"), default="fp32",
                    help="StepRunner(precision=...): reference = bf16 residual stream and audio head, as omnivoice")
-    p.add_argument("--attention", choices=("split", "q_fused"), default="split",
+    p.add_argument("--attention", choices=("split", "q_fused", "auto"), default="split",
                    help="StepRunner(attention=...) for bulk forwards: split = q/k norm+rope kernel then attention; "
-                        "q_fused = k-only norm+rope, q normalised as the attention kernel loads it")
+                        "q_fused = k-only norm+rope, q normalised as the attention kernel loads it; auto = the "
+                        "fastest variant of this run's kernel stage (sets block and heads too)")
     p.add_argument("--attention-block", default="64,32,4,3",
                    help="bulk attention block_m,block_n,num_warps,num_stages (block_m per q head)")
     p.add_argument("--attention-heads", type=int, default=1, help="q heads per attention program; 0 = the GQA group")

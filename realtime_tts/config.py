@@ -57,6 +57,9 @@ class OmniVoiceConfig:
     codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode through a CUDA "
                                    "graph of the codec captured per length on first use, instead of eagerly; "
                                    "0 = off.", default=400)
+    precision: str = _doc("OmniVoice arithmetic on the GPU: reference (bf16 residual stream and audio head, as the "
+                          "reference omnivoice package computes at bf16) or fp32 (fp32 residual stream, TF32 head).",
+                          default="fp32")
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
                                  "segment gets a deadline; steps sized by a step-time model measured at "
@@ -167,6 +170,8 @@ def validate(cfg: Config) -> None:
     check(cfg.omnivoice.max_batch_tokens >= 1, f"max_batch_tokens must be >= 1, got {cfg.omnivoice.max_batch_tokens}")
     check(cfg.omnivoice.codec_graph_frames >= 0,
           f"codec_graph_frames must be >= 0, got {cfg.omnivoice.codec_graph_frames}")
+    check(cfg.omnivoice.precision in ("fp32", "reference"),
+          f"precision must be fp32 or reference, got {cfg.omnivoice.precision!r}")
     check(cfg.omnivoice.scheduler_policy in ("deadline", "class"),
           f"scheduler_policy must be deadline or class, got {cfg.omnivoice.scheduler_policy!r}")
     check(cfg.omnivoice.admit_interval_ms >= 0, f"admit_interval_ms must be >= 0, got {cfg.omnivoice.admit_interval_ms}")

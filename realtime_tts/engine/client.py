@@ -266,6 +266,7 @@ class OmniVoiceEngine:
                                     admit_interval_s=self._config.omnivoice.admit_interval_ms / 1000.0,
                                     policy=self._config.omnivoice.scheduler_policy,
                                     codec_graph_frames=self._config.omnivoice.codec_graph_frames,
+                                    precision=self._config.omnivoice.precision,
                                     num_threads=cpu_worker_threads(len(self._workers)) if w.device == "cpu" else 0)
         to_child_r, to_child_w = self._context.Pipe(duplex=False)
         from_child_r, from_child_w = self._context.Pipe(duplex=False)

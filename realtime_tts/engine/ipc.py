@@ -37,6 +37,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     max_active: int = 1024  # segments started and unfinished at once (each holds a device slot)
     codec_graph_frames: int = 0  # longest segment decoded through a per-length codec CUDA graph; 0 = off
     policy: str = "class"  # scheduler policy: class | deadline (needs a measured step-time model)
+    precision: str = "fp32"  # StepRunner(precision=...): fp32 | reference
     stats_interval_s: float = 0.25
 
 

@@ -96,7 +96,7 @@ class ModelBackend:
         # Room for every bucket serving_keys() lists (~290 at a 16k budget; each holds only its small static
         # inputs, the graphs share one memory pool).
         self.runner = _Runner(self.model, max_graphs=400, max_slots=options.max_active,
-                              codec_graph_frames=options.codec_graph_frames)
+                              codec_graph_frames=options.codec_graph_frames, precision=options.precision)
         self._budget = options.max_batch_tokens
         self._policy = options.policy
         self.device = options.device

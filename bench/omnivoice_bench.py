@@ -550,15 +550,15 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-batch", type=int, default=128)
     p.add_argument("--pipeline", type=int, default=3, help="batches in the steady-state pipelined run (0: off)")
-    p.add_argument("--precision", choices=("fp32", "reference"), default="fp32",
+    p.add_argument("--precision", choices=("fp32", "reference"), default="reference",
                    help="StepRunner(precision=...): reference = bf16 residual stream and audio head, as omnivoice")
-    p.add_argument("--attention", choices=("split", "q_fused", "auto"), default="split",
+    p.add_argument("--attention", choices=("split", "q_fused", "auto"), default="q_fused",
                    help="StepRunner(attention=...) for bulk forwards: split = q/k norm+rope kernel then attention; "
                         "q_fused = k-only norm+rope, q normalised as the attention kernel loads it; auto = the "
                         "fastest variant of this run's kernel stage (sets block and heads too)")
-    p.add_argument("--attention-block", default="64,32,4,3",
+    p.add_argument("--attention-block", default="32,32,4,3",
                    help="bulk attention block_m,block_n,num_warps,num_stages (block_m per q head)")
-    p.add_argument("--attention-heads", type=int, default=1, help="q heads per attention program; 0 = the GQA group")
+    p.add_argument("--attention-heads", type=int, default=0, help="q heads per attention program; 0 = the GQA group")
     p.add_argument("--fused-snake", action=argparse.BooleanOptionalAction, default=True,
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     args = p.parse_args()

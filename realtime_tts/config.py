@@ -59,7 +59,7 @@ class OmniVoiceConfig:
                                    "0 = off.", default=400)
     precision: str = _doc("OmniVoice arithmetic on the GPU: reference (bf16 residual stream and audio head, as the "
                           "reference omnivoice package computes at bf16) or fp32 (fp32 residual stream, TF32 head).",
-                          default="fp32")
+                          default="reference")
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
                                  "segment gets a deadline; steps sized by a step-time model measured at "

@@ -120,10 +120,17 @@ class ModelBackend:
         the CUDA graphs of the buckets serving lands in. Captured on first use instead, they stalled the
         worker mid-serving (H200 run: captures of up to 1.0 s during the agent runs; N=25 had a worse p95
         than N=50). bench/omnivoice_sched_sim.py --keys: these buckets cover every step of the bench's runs."""
+        import torch
+
         state, _, num_steps = self.prepare(ipc.Submit("warm-up", "Warm up.", duration_s=1.0, num_step=2, seed=0))
         for _ in range(num_steps):
             self.step([state])
         self.decode([state])
+        # The codec's Snake kernel (kernels/snake.py) compiles one variant per tile width and per divisibility
+        # of its strides by 16, i.e. per length mod 16 at each decoder stage: 1-16 frames cover them all. Left
+        # to the first requests, those compiles stalled the decode thread (H200 call 4: 25 agents' p95 first
+        # audio 775 ms, against 154 ms at 100 agents run after them).
+        self.model.codec.decode([torch.zeros(self.model.num_codebooks, t, dtype=torch.long) for t in range(1, 17)])
         if self.runner.use_graphs:
             budget = min(self._budget, self.max_batch_tokens)
             t0 = time.perf_counter()

@@ -138,10 +138,9 @@ class SentenceBuffer:
             length = cum[cut] - cum[s]
             if length > self.first_max_chars:
                 break
-            if not ((level >= SENTENCE and length >= self.min_chars)
-                    or (level >= CLAUSE_LEVEL and length >= self.first_segment_min_chars)):
+            if not self._ends_first_unit(length, level):
                 continue
-            if not buf[cut:].isspace() and cut < n:
+            if cut < n and not buf[cut:].isspace():
                 return None  # visible text follows the cut: it is still waiting on a later word
             e = cut
             while e > s and buf[e - 1].isspace():
@@ -190,6 +189,13 @@ class SentenceBuffer:
         self._trim()
         return units
 
+    def _ends_first_unit(self, length: int, level: int) -> bool:
+        """Does a resolved mark `length` into the turn's first unit end it (within first_max_chars)? A sentence
+        end at >= min_chars, a clause mark or newline at >= first_segment_min_chars. One rule for the cut
+        (_next_cut) and the guess (peek_first_unit), so the guess is the unit the cut later emits."""
+        return ((level >= SENTENCE and length >= self.min_chars)
+                or (level >= CLAUSE_LEVEL and length >= self.first_segment_min_chars))
+
     def _next_cut(self) -> int | None:
         """Where the current unit ends, if that is decided yet."""
         start = self._start
@@ -200,9 +206,7 @@ class SentenceBuffer:
                 length = self._weight(start, cut)
                 if length > limit:
                     break
-                if level >= SENTENCE and length >= self.min_chars:
-                    return cut
-                if level >= CLAUSE_LEVEL and length >= self.first_segment_min_chars:
+                if self._ends_first_unit(length, level):
                     return cut
             if reach > limit:
                 return self._cascade(limit, self.first_segment_min_chars)

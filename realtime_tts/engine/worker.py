@@ -1,8 +1,9 @@
 """The OmniVoice worker process: loads the model on one device and runs the step loop.
 
 Loop: take messages → admit segments to the scheduler → run one diffusion step for the batch it picks →
-retire finished segments → decode them together → send their audio. Spawned by engine/client.py; torch and
-realtime_tts.model are imported only inside main() (the web process imports this module for the target).
+retire finished segments to the decode thread, which decodes them together and sends their audio. Spawned by
+engine/client.py; torch and realtime_tts.model are imported only inside main() (the web process imports this
+module for the target).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ _LOOP_HOST_S = 0.0003
 
 
 class Backend(Protocol):
-    """What the loop needs from the model side (ModelBackend below; the CUDA-graph runner plays the same
-    role). Tensors stay inside; the loop only sees opaque per-segment states."""
+    """What the loop needs from the model side (ModelBackend below, which steps through engine/runner's
+    StepRunner). Tensors stay inside; the loop only sees opaque per-segment states."""
 
     device: str
     model_name: str
@@ -267,7 +268,8 @@ class _Segment:
 
 
 class _Outbox:
-    """Serialised sends to the web process (the loop thread and nobody else writes, but keep it safe)."""
+    """Serialised sends to the web process: the loop thread (stats, failures) and the decode thread (audio,
+    decode failures) both write to the one pipe."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -540,6 +542,7 @@ class WorkerLoop:
         self._last_stats_s, self._last_stats = now, stats
         self._recent_step_ms = []
         self.send(stats)
+
 
 def main(options: ipc.WorkerOptions, conn_in: Connection, conn_out: Connection) -> None:
     """Process entry point (multiprocessing spawn target)."""

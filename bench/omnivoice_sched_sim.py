@@ -2,7 +2,8 @@
 (engine/scheduler.py) on a simulated clock, steps and codec decodes timed from the H200 (runs 8-10).
 
 No GPU, no model: it answers "what do the scheduling policy, its knobs and the codec cost do to first audio,
-underruns and load latency", one change at a time. Must not import torch.
+underruns and load latency", one change at a time. Runs on the CPU (torch is imported only as
+engine/runner.py's module, for its TOKEN_BUCKETS).
 
 Model (calibrated against bench/results/omnivoice_serve_h200_run10.md):
 - a step costs the measured time of its CUDA-graph token bucket (runner.TOKEN_BUCKETS; STEP_MS, H200 run 8
@@ -13,8 +14,9 @@ Model (calibrated against bench/results/omnivoice_serve_h200_run10.md):
 - agents as bench/omnivoice_serve.py sends them (30 words/s, starts spread over 1 s), units as the real
   SentenceBuffer cuts them (two per reply: the first sentence, then the other two merged), the first unit
   started at the word that completes it (the service's speculation), later units when the buffer emits them,
-  lookahead 2, deadlines as service._segment_request sets them: first audio (sent, or 0.3 s after the first
-  unit started) + max(audio sent, 0.9 × estimated audio of every earlier segment).
+  the service's lookahead (2), deadlines from service.playback_deadline as the service sets them: first audio
+  (sent, or service.FIRST_AUDIO_S after the first unit started) + max(audio sent, 0.9 × estimated audio of every
+  earlier segment).
 
     .venv/bin/python bench/omnivoice_sched_sim.py --calibrate     # sim vs H200 run 10 (+ runs 8, 9 cross-checks)
     .venv/bin/python bench/omnivoice_sched_sim.py --sweep codec,policy,admit,latency,split   # one change at a time
@@ -45,6 +47,7 @@ from realtime_tts.config import load_config
 from realtime_tts.engine.runner import TOKEN_BUCKETS
 from realtime_tts.engine.scheduler import Scheduler, StepTimeModel
 from realtime_tts.omnivoice_text import estimate_frames
+from realtime_tts.service import FIRST_AUDIO_S, LOOKAHEAD, estimate_audio_s, playback_deadline
 from realtime_tts.text import SentenceBuffer
 
 # Step time per token bucket on the H200 (ms; bf16, CUDA graphs, real sentences; run 8's warm-up, run.log
@@ -53,10 +56,6 @@ STEP_MS = {256: 1.70, 512: 2.07, 768: 2.53, 1024: 2.94, 1280: 3.46, 1536: 3.92, 
            2560: 5.58, 3072: 6.58, 3584: 7.56, 4096: 8.17, 4608: 9.41, 5120: 10.23, 5632: 11.12, 6144: 12.23,
            7168: 13.94, 8192: 15.26, 9216: 18.69, 10240: 19.51, 12288: 23.37, 14336: 28.84, 16384: 31.10}
 NUM_STEP = 32
-FRAME_HZ = 25.0
-LOOKAHEAD = 2  # service._LOOKAHEAD["concurrent"]
-FIRST_AUDIO_S = 0.3  # service._FIRST_AUDIO_S
-ESTIMATE_TRIM = 0.9  # service._ESTIMATE_TRIM
 JITTER_S = 0.01  # the bench's player: a chunk later than this after the buffer ran dry is an underrun
 
 
@@ -301,7 +300,7 @@ def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed
             self.clause = start + clause
             self.emit = [start + at for at, _ in units]
             self.segs = [item_tokens(u) for _, u in units]
-            self.est = [f / FRAME_HZ for _, f in self.segs]  # service.estimate_audio_s
+            self.est = [estimate_audio_s(u, engine="omnivoice") for _, u in units]
             self.dur = list(self.est)  # audio the client plays (noise from random weights: nothing trimmed)
             self.done: list[float | None] = [None] * len(units)
             self.sent: list[float | None] = [None] * len(units)  # emitted in order by the service
@@ -311,12 +310,9 @@ def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed
             """service._segment_request at time t."""
             if k == 0:
                 return None
-            planned = ESTIMATE_TRIM * sum(self.est[:k])
-            first = self.sent[0]
-            if first is not None and first <= t:
-                out = sum(d for d, s in zip(self.dur, self.sent) if s is not None and s <= t)
-                return first + max(out, planned)
-            return self.first_due + planned
+            first = self.sent[0] if self.sent[0] is not None and self.sent[0] <= t else None
+            out = sum(d for d, s in zip(self.dur, self.sent) if s is not None and s <= t)
+            return playback_deadline(first, self.first_due, out, sum(self.est[:k]))
 
         def submit(self, k: int, t: float) -> None:
             sim.submit(t, f"a{self.a}-{k}", self.segs[k][0], self.segs[k][1], priority=0 if k == 0 else 1,
@@ -330,12 +326,13 @@ def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed
                     if done is None:
                         break
                     sent = self.sent[j] = max(done, before or 0.0)
-                    if j + LOOKAHEAD < len(self.segs):  # the lookahead slot frees when segment j is out
-                        self.submit(j + LOOKAHEAD, max(self.emit[j + LOOKAHEAD], sent))
+                    ahead = j + LOOKAHEAD["concurrent"]
+                    if ahead < len(self.segs):  # the lookahead slot frees when segment j is out
+                        self.submit(ahead, max(self.emit[ahead], sent))
 
     agents = [Agent(a) for a in range(n)]
     for ag in agents:
-        for k in range(min(LOOKAHEAD, len(ag.segs))):
+        for k in range(min(LOOKAHEAD["concurrent"], len(ag.segs))):
             ag.submit(k, ag.emit[k])
     sim.run()
     after_clause, underruns, stall_total = [], 0, 0.0

@@ -45,15 +45,16 @@ from realtime_tts.text import SentenceBuffer, Unit, normalize_space, number_may_
 
 log = logging.getLogger(__name__)
 
-# Segments generated ahead of the one being sent (pipelining), per chunk_mode.
-_LOOKAHEAD = {"concurrent": 2, "sequential": 1, "none": 1}
+# Segments generated ahead of the one being sent (pipelining), per chunk_mode. Public for
+# bench/omnivoice_sched_sim.py, which replays this service's timing.
+LOOKAHEAD = {"concurrent": 2, "sequential": 1, "none": 1}
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # Texts longer than this are cut into units on a thread: split_text takes ~1 ms per 2,000 characters here but
 # grows faster than linearly (~11 ms at 8,000, ~26 ms at 20,000), too long to hold the event loop.
 _SPLIT_INLINE_CHARS = 2_000
 # Assumed time from a response's first segment starting to its first audio: issue 5's p95 first-audio target
 # under load (an idle engine is faster; under load is when deadlines rank anything).
-_FIRST_AUDIO_S = 0.3
+FIRST_AUDIO_S = 0.3
 # Share of the estimated audio of earlier segments counted in a later segment's deadline: pacing trims their
 # edge silence, so real playback is a little shorter than the estimate.
 _ESTIMATE_TRIM = 0.9
@@ -84,6 +85,20 @@ def estimate_audio_s(text: str, *, engine: str, speed: float = 1.0, prompt: Voic
         ref_text, ref_frames = (prompt.ref_text, prompt.num_frames) if prompt is not None else (None, None)
         return target_frames(text, ref_text, ref_frames, speed=speed) / FRAME_RATE_HZ
     return max(1, text_length(text)) * _SECONDS_PER_TOKEN / speed
+
+
+def playback_deadline(first_audio_at: float | None, first_due: float | None, sent_s: float,
+                      planned_s: float) -> float | None:
+    """When playback of a stream runs dry without its next segment (on the clock of the times given): from the
+    first audio (first_audio_at once it was sent, else first_due, when it is expected), the audio of every
+    earlier segment: what was sent (sent_s), or the estimate of all of them (planned_s) trimmed for the silence
+    pacing removes, whichever is longer. Not just what was sent: a reply's third sentence is due after the
+    second one's audio, not with it. None while no first segment has started."""
+    if first_audio_at is not None:
+        return first_audio_at + max(sent_s, _ESTIMATE_TRIM * planned_s)
+    if first_due is not None:
+        return first_due + _ESTIMATE_TRIM * planned_s
+    return None
 
 
 # -- events a Synthesis yields, in order ---------------------------------------------------------------------
@@ -191,7 +206,7 @@ class Synthesis:
         self._segments: asyncio.Queue[_Segment | TTSError | _Cancelled | None] = asyncio.Queue()
         self._splitter: asyncio.Task[None] | None = None
         self._live: dict[int, _Segment] = {}
-        self._lookahead = asyncio.Semaphore(_LOOKAHEAD[params.chunk_mode])
+        self._lookahead = asyncio.Semaphore(LOOKAHEAD[params.chunk_mode])
         self._producer: asyncio.Task[None] | None = None
         self._ended = False
         self._cancelled = False
@@ -318,7 +333,7 @@ class Synthesis:
         # Its own request id: an aborted speculation may still be in an engine when the real segment 0 arrives.
         request = self._segment_request(0, candidate, request_id=f"{self.id}-0s{self._num_speculations}")
         spec = self._spec = _Segment(0, candidate, request, asyncio.Queue())
-        self._first_due = time.monotonic() + _FIRST_AUDIO_S
+        self._first_due = time.monotonic() + FIRST_AUDIO_S
         spec.task = asyncio.create_task(self._generate(spec), name=f"synth-{self.id}-spec{self._num_speculations}")
         self._service.metrics.speculations_total.inc()
 
@@ -428,7 +443,7 @@ class Synthesis:
                 seg, self._adopted = self._adopted, None
             else:
                 if index == 0:
-                    self._first_due = time.monotonic() + _FIRST_AUDIO_S
+                    self._first_due = time.monotonic() + FIRST_AUDIO_S
                 seg = _Segment(index, unit, self._segment_request(index, unit), asyncio.Queue())
                 if speakable(unit.text):
                     seg.task = asyncio.create_task(self._generate(seg), name=f"synth-{self.id}-seg{index}")
@@ -449,17 +464,11 @@ class Synthesis:
         priority: Priority = PRIORITY_FIRST if index == 0 else (PRIORITY_STREAM if self._streaming else PRIORITY_BULK)
         deadline = None
         if index > 0 and self._streaming:
-            # Playback runs dry without this segment once everything before it has played: from the first audio
-            # (sent, or expected), the audio of every earlier segment — what was sent, or the estimate of the
-            # segments still generating, trimmed by 10% for the silence pacing removes. Not just what was sent:
-            # a reply's third sentence is due after the second one's audio, not with it.
-            now_mono = time.monotonic()
-            if self._t_first_audio is not None:
-                start = now_mono - (time.perf_counter() - self._t_first_audio)
-                ahead = max(self._samples_out / self.sample_rate, _ESTIMATE_TRIM * self._planned_audio_s)
-                deadline = start + ahead
-            elif self._first_due is not None:
-                deadline = self._first_due + _ESTIMATE_TRIM * self._planned_audio_s
+            # the first audio's time on the engines' clock (time.monotonic); stats keep perf_counter
+            first_audio_at = None if self._t_first_audio is None else \
+                time.monotonic() - (time.perf_counter() - self._t_first_audio)
+            deadline = playback_deadline(first_audio_at, self._first_due, self._samples_out / self.sample_rate,
+                                         self._planned_audio_s)
         kwargs: dict[str, Any] = {}
         if p.num_step is not None:
             kwargs["num_step"] = p.num_step

@@ -46,53 +46,6 @@ def _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, of
 
 
 @triton.jit
-def _varlen_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr,
-                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-                       qk_scale_log2,
-                       STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TILES: tl.constexpr):
-    if USE_TILES:
-        # One program per listed (row, m_block) tile: no idle programs for short rows; row -1 = unused slot.
-        row = tl.load(tiles_ptr + 2 * tl.program_id(0))
-        m_block = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
-        if row < 0:
-            return
-    else:
-        m_block = tl.program_id(0)
-        row = tl.program_id(1)
-    head = tl.program_id(2)
-    start = tl.load(cu_ptr + row)
-    seqlen = tl.load(cu_ptr + row + 1) - start
-    if m_block * BLOCK_M >= seqlen:
-        return
-    kv_head = head // GROUP
-    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    tok_m = (start + offs_m).to(tl.int64)
-    q = tl.load(q_ptr + tok_m[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
-                mask=offs_m[:, None] < seqlen, other=0.0)  # [BLOCK_M, HEAD_DIM]
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    k_base = k_ptr + kv_head * stride_kh
-    v_base = v_ptr + kv_head * stride_vh
-    # Triton's CPU interpreter (numpy 2) cannot take a tensor as a loop bound: there the loop walks to a
-    # compile-time bucket bound instead; blocks past the row are fully masked and add exactly nothing.
-    if STATIC_N_END == 0:
-        for n0 in range(0, seqlen, BLOCK_N):
-            m_i, l_i, acc = _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n,
-                                          offs_d, qk_scale_log2, m_i, l_i, acc)
-    else:
-        for n0 in range(0, STATIC_N_END, BLOCK_N):
-            m_i, l_i, acc = _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n,
-                                          offs_d, qk_scale_log2, m_i, l_i, acc)
-    out = acc / l_i[:, None]
-    tl.store(o_ptr + tok_m[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < seqlen)
-
-
-@triton.jit
 def _norm_rope_kt(k_base, stride_kt, tok_n, valid, offs_h, kw1, kw2, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps,
                   HEAD_DIM: tl.constexpr):
     """K block transposed, [HALF, BLOCK_N] per half: RMSNorm over the head dim × weight, then rotate."""
@@ -130,7 +83,7 @@ def _varlen_rope_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_pt
                             stride_oh, stride_tab, eps, qk_scale_log2,
                             STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """_varlen_fwd_kernel on RAW q/k projections: per-head RMSNorm × weight and RoPE are applied as the tiles
+    """The attention of _varlen_gqa_fwd_kernel (one head per program) on RAW q/k projections: per-head RMSNorm × weight and RoPE are applied as the tiles
     are loaded (the eager layers' roundings), so no separate pass writes q and k back."""
     HALF: tl.constexpr = HEAD_DIM // 2
     row = tl.load(tiles_ptr + 2 * tl.program_id(0))
@@ -305,34 +258,22 @@ def max_attention_tiles(num_tokens: int, num_rows: int, block_m: int = 64) -> in
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                      max_seqlen: int, scale: float | None = None, out: torch.Tensor | None = None,
                      tiles: torch.Tensor | None = None, block_m: int = 64, block_n: int = 64,
-                     num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+                     num_warps: int = 4, num_stages: int = 2, heads_per_program: int = 1) -> torch.Tensor:
     """cu_seqlens [num_rows + 1] int32 on q's device; max_seqlen ≥ every row's length (a graph bucket bound).
 
-    tiles: a work list from attention_tiles (same block_m): one program per real tile, else a
-    (max_seqlen / block_m, num_rows) grid with early exits. Returns o [num_tokens, num_q_heads, head_dim]
-    (rows' tokens only; tokens past cu_seqlens[-1] are left as they were in `out`).
+    tiles: a work list from attention_tiles (same block_m), one program per real tile; built here when None.
+    q and k are used as they are (already normalised and rotated); varlen_attention_gqa with heads_per_program
+    q heads per program (1: each head alone). Returns o [num_tokens, num_q_heads, head_dim] (rows' tokens only;
+    tokens past cu_seqlens[-1] are left as they were in `out`).
     """
-    _, num_q_heads, head_dim = q.shape
-    num_kv_heads = k.shape[1]
-    assert num_q_heads % num_kv_heads == 0 and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
-    assert head_dim in (16, 32, 64, 128, 256), "head_dim must be a power of two in 16..256"
-    out = torch.empty_like(q) if out is None else out
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    num_rows = cu_seqlens.numel() - 1
-    if num_rows <= 0 or max_seqlen <= 0:
-        return out
-    if tiles is not None:
-        grid: tuple[int, int, int] = (tiles.shape[0], 1, num_q_heads)
-    else:
-        grid = (triton.cdiv(max_seqlen, block_m), num_rows, num_q_heads)
-    _varlen_fwd_kernel[grid](
-        q, k, v, out, cu_seqlens, tiles if tiles is not None else cu_seqlens,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), scale * 1.4426950408889634,
-        STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, USE_TILES=tiles is not None,
-        num_warps=num_warps, num_stages=num_stages)
-    return out
+    if tiles is None and cu_seqlens.numel() > 1:
+        tiles = attention_tiles(cu_seqlens, max_attention_tiles(q.shape[0], cu_seqlens.numel() - 1, block_m),
+                                block_m)
+    if tiles is None:  # no rows
+        return torch.empty_like(q) if out is None else out
+    return varlen_attention_gqa(q, k, v, cu_seqlens, max_seqlen, tiles, scale=scale, out=out,
+                                heads_per_program=heads_per_program, block_m=block_m, block_n=block_n,
+                                num_warps=num_warps, num_stages=num_stages)
 
 
 def varlen_attention_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
@@ -421,8 +362,8 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
     """varlen_attention(qk_norm_rope(q, k)) on the raw projections, by one of ATTENTION_MODES (the signature
     of varlen_attention_rope plus the strategy; tiles from attention_tiles with the same block_m):
 
-    split   — qk_norm_rope rewrites q and k in place, then attention (heads_per_program=1: the old
-              varlen_attention kernel; else the GQA-sharing kernel). angles: the per-token (cos, sin)
+    split   — qk_norm_rope rewrites q and k in place, then attention (heads_per_program q heads per program;
+              1: each head alone, the old bulk path). angles: the per-token (cos, sin)
               [num_tokens, head_dim] gathered once per forward; else gathered from the tables here.
     q_fused — head_norm_rope rewrites k only (in place); the attention kernel normalises and rotates each
               query tile as it loads it (q is not modified; q_rope_join: how, see _norm_rope_q_tile); GQA
@@ -438,9 +379,6 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
     if mode == "split":
         cos, sin = (cos_table[positions], sin_table[positions]) if angles is None else angles  # [N, D]
         qk_norm_rope(q, k, q_weight, k_weight, cos, sin, eps)
-        if heads == 1:
-            return varlen_attention(q, k, v, cu_seqlens, max_seqlen, scale=scale, out=out, tiles=tiles,
-                                    block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
         return varlen_attention_gqa(q, k, v, cu_seqlens, max_seqlen, tiles, scale=scale, out=out,
                                     heads_per_program=heads, block_m=block_m, block_n=block_n,
                                     num_warps=num_warps, num_stages=num_stages)

@@ -221,7 +221,7 @@ class Synthesis:
         self._num_speculations = 0
         # estimated deadlines of later segments before first audio
         self._first_due: float | None = None  # time.monotonic() the first audio is expected by
-        self._planned_audio_s = 0.0  # estimated audio of the segments created so far
+        self._planned_audio_s = 0.0  # estimated audio of the segments created so far (streaming only)
         # stats
         self.num_chars = 0
         self.t_start = time.perf_counter()
@@ -450,7 +450,8 @@ class Synthesis:
                 else:  # only punctuation/emoji: no engine work, but the segment (and its offsets) stays in the stream
                     seg.chunks.put_nowait(None)
                     seg.has_audio.set()
-            self._planned_audio_s += self._estimate_audio_s(index, unit)
+            if self._streaming:  # only stream deadlines read it (a long HTTP text would estimate every unit)
+                self._planned_audio_s += self._estimate_audio_s(index, unit)
             self._live[index] = seg
             self._segments.put_nowait(seg)
             previous = seg

@@ -26,9 +26,9 @@ log = logging.getLogger("realtime_tts.runner")
 # Up to 16384 (serving steps; the worker captures these at start-up) fine where latency-bound steps live
 # (the deadline scheduler sizes steps on this staircase: bench/results/omnivoice_sched_sim.md, 512-token
 # buckets gave N=100 agents 297 vs 314 ms p95 first audio), above (bulk batches, captured on first use) by
-# 1024: ≤ ~6% padding in the GEMMs of a large batch.
+# 512: ≤ 3% padding in every kernel of a large batch (by 1024 a B=128 design batch of 42368 tokens ran 43008).
 TOKEN_BUCKETS = ((256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632, 6144,
-                  7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(17408, 65536 + 1, 1024)))
+                  7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(16896, 65536 + 1, 512)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
 

@@ -4,24 +4,34 @@ the job it was running (errors.EngineDead) and comes back; priority order, cance
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 from live_server import SAMPLE_RATE, assert_speech
 
 from realtime_tts.config import load_config
 from realtime_tts.engine.base import PRIORITY_BULK, PRIORITY_FIRST, SegmentRequest, Voice
 from realtime_tts.engine.cpu import CpuEngine
-from realtime_tts.errors import EngineDead
+from realtime_tts.errors import EngineDead, EngineUnavailable
 
 LONG = " ".join(f"Sentence number {i} of this request is long enough to keep a worker busy." for i in range(12))
 
 
-def _engine(workers: int = 2) -> CpuEngine:
-    return CpuEngine(load_config({"cpu_workers": workers}, env={}))
+@contextlib.asynccontextmanager
+async def _running(workers: int) -> AsyncIterator[CpuEngine]:
+    """A started CpuEngine of `workers` voice processes, stopped on the way out."""
+    engine = CpuEngine(load_config({"cpu_workers": workers}, env={}))
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.stop()
 
 
 def _request(rid: str, text: str, seed: int = 0, priority: int = PRIORITY_BULK) -> SegmentRequest:
@@ -35,9 +45,7 @@ async def _speak(engine: CpuEngine, request: SegmentRequest) -> np.ndarray:
 
 def test_a_killed_worker_fails_only_its_job_and_restarts() -> None:
     async def run() -> None:
-        engine = _engine(2)
-        await engine.start()
-        try:
+        async with _running(2) as engine:
             pids = engine.worker_pids()
             assert len(set(pids)) == 2 and os.getpid() not in pids
             tasks = [asyncio.create_task(_speak(engine, _request(f"r{i}", LONG, seed=i))) for i in range(3)]
@@ -67,8 +75,6 @@ def test_a_killed_worker_fails_only_its_job_and_restarts() -> None:
             assert all(np.array_equal(a, again[0]) for a in again)  # both processes, same audio for one seed
             rms = float(np.sqrt(np.mean(again[0].astype(np.float64) ** 2)))  # raw voice: padded, not paced
             assert 0.5 < len(again[0]) / SAMPLE_RATE < 3.0 and 0.01 < rms < 0.3
-        finally:
-            await engine.stop()
         assert all(p is None for p in engine.worker_pids())
 
     asyncio.run(run())
@@ -76,9 +82,7 @@ def test_a_killed_worker_fails_only_its_job_and_restarts() -> None:
 
 def test_first_audio_jumps_the_bulk_queue_and_cancel_drops_queued_jobs() -> None:
     async def run() -> None:
-        engine = _engine(1)
-        await engine.start()
-        try:
+        async with _running(1) as engine:
             bulk = [asyncio.create_task(_speak(engine, _request(f"b{i}", LONG, seed=i))) for i in range(3)]
             while engine.load().queued_segments < 2:
                 await asyncio.sleep(0.005)
@@ -94,17 +98,13 @@ def test_first_audio_jumps_the_bulk_queue_and_cancel_drops_queued_jobs() -> None
             while engine.load().queued_segments or engine.load().in_flight_segments:
                 assert time.monotonic() < deadline, engine.load()  # cancelled jobs were dropped, not run
                 await asyncio.sleep(0.01)
-        finally:
-            await engine.stop()
 
     asyncio.run(run())
 
 
 def test_a_worker_killed_while_idle_fails_nothing() -> None:
     async def run() -> None:
-        engine = _engine(1)
-        await engine.start()
-        try:
+        async with _running(1) as engine:
             (victim,) = engine.worker_pids()
             assert victim is not None
             os.kill(victim, signal.SIGKILL)
@@ -115,7 +115,20 @@ def test_a_worker_killed_while_idle_fails_nothing() -> None:
             assert len(audio) > SAMPLE_RATE // 2
             health = engine.health().workers[0]
             assert health.status == "ok" and health.restarts == 1 and engine.worker_pids()[0] != victim
-        finally:
+
+    asyncio.run(run())
+
+
+def test_stop_fails_the_job_a_worker_is_running() -> None:
+    async def run() -> None:
+        async with _running(1) as engine:
+            task = asyncio.create_task(_speak(engine, _request("r", LONG)))
+            deadline = time.monotonic() + 30
+            while not engine.health().workers[0].in_flight:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.005)
             await engine.stop()
+            with pytest.raises(EngineUnavailable, match="stopped"):
+                await asyncio.wait_for(task, 10)  # not left waiting for a reply that never comes
 
     asyncio.run(run())

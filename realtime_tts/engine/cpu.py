@@ -272,6 +272,9 @@ class _VoiceProcesses:
             worker.busy = True
             try:
                 reply = await worker.call(job.payload)
+            except asyncio.CancelledError:  # stop(): the request awaiting this job must not wait forever
+                _settle(job.future, None, EngineUnavailable("CPU voice stopped"))
+                raise
             except EngineDead as e:
                 worker.busy = False
                 _settle(job.future, None, e)

@@ -328,9 +328,9 @@ class WorkerLoop:
         self.send = send
         # The configured budget, but never past what the runner has graphs for (bigger steps run eagerly).
         budget = min(options.max_batch_tokens, backend.max_batch_tokens)
-        points = getattr(backend, "step_points", None)
         # The deadline policy plans with the device's measured step times (CUDA warm-up); without them (CPU)
         # the class policy runs.
+        points = backend.step_points
         step_model = step_time_model(points) if options.policy == "deadline" and points else None
         self.scheduler = Scheduler(max_batch_tokens=budget, max_batch_items=backend.max_batch_items,
                                    latency_batch_tokens=min(options.latency_batch_tokens, budget) or None,
@@ -475,9 +475,7 @@ class WorkerLoop:
     def _decode_loop(self) -> None:
         """The decode thread: wait for finished segments, take all that are queued, decode and send first
         segments (someone is waiting on them), then the rest; until the loop ends (None)."""
-        bind = getattr(self.backend, "bind_thread", None)
-        if bind is not None:
-            bind()
+        self.backend.bind_thread()
         while True:
             job = self._decode_q.get()
             if job is None:

@@ -22,7 +22,7 @@ from websockets.sync.client import connect
 
 from realtime_tts.engine.base import AudioChunk, Capabilities, Engine, SegmentRequest, VoicePrompt
 from realtime_tts.omnivoice_text import FRAME_RATE_HZ, target_frames
-from realtime_tts.service import estimate_audio_s
+from realtime_tts.service import estimate_audio_s, playback_deadline
 from realtime_tts.text import SentenceBuffer
 
 FIRST = ["Sure", ",", " I", " can", " help", " with", " that", "."]  # LLM-style tokens: the space leads
@@ -174,6 +174,16 @@ def test_estimated_audio_seconds() -> None:
         target_frames(text, "Slow and steady.", 100) / FRAME_RATE_HZ
     assert estimate_audio_s(text, engine="cpu", duration_s=1.25) == 1.25
     assert estimate_audio_s("?!", engine="cpu") == 0.0
+
+
+def test_playback_deadline_rule() -> None:
+    """The service's deadline rule (also replayed by bench/omnivoice_sched_sim.py): nothing before a first
+    segment starts; before first audio, the expected first audio + 0.9 x the estimate of the earlier segments;
+    after it, the first audio + the longer of what was sent and that trimmed estimate."""
+    assert playback_deadline(None, None, 0.0, 5.0) is None
+    assert playback_deadline(None, 10.0, 0.0, 2.0) == pytest.approx(10.0 + 0.9 * 2.0)
+    assert playback_deadline(3.0, 10.0, 4.0, 2.0) == pytest.approx(3.0 + 4.0)  # more sent than estimated
+    assert playback_deadline(3.0, 10.0, 1.0, 2.0) == pytest.approx(3.0 + 0.9 * 2.0)  # later ones still generating
 
 
 # -- the engine requests themselves: an in-process server whose CPU voice is wrapped in a recorder -------------

@@ -64,8 +64,10 @@ LOAD_TIMEOUT_S = 120.0
 # -- the worker process ----------------------------------------------------------------------------------------
 
 def _worker_main(conn: Connection, threads: int) -> None:
-    """Worker process: load the voice once, then answer (text, phonemes, index, speed, seed) jobs with
-    (t_start, t_end, phonemes, float32 audio bytes) until the pipe closes (the web process went away)."""
+    """Worker process: load the voice once, then answer (text, sentence, speed, seed) jobs with (t_start, t_end,
+    phonemes, float32 audio bytes) until the pipe closes (the web process went away). A segment's first job
+    has sentence None: G2P of the text, its first sentence spoken, the sentences' phonemes sent back once; each
+    later job carries just its sentence's phonemes (text "") and gets None back."""
     try:
         from hibari import Hibari  # imported here: only worker processes need onnxruntime
 
@@ -77,22 +79,24 @@ def _worker_main(conn: Connection, threads: int) -> None:
     conn.send(("ready", os.getpid()))
     while True:
         try:
-            text, phonemes, index, speed, seed = conn.recv()
+            text, sentence, speed, seed = conn.recv()
         except (EOFError, OSError):
             return
         try:
             t_start = time.perf_counter()
-            if phonemes is None:
+            phonemes: list[str] | None = None
+            if sentence is None:
                 phonemes = list(tts.phonemize(text))
-            if not phonemes:
-                reply: tuple[Any, ...] = ("ok", t_start, time.perf_counter(), [""], b"")
-            else:
+                sentence = phonemes[0] if phonemes else None
+                phonemes = phonemes or [""]  # nothing to say: one empty chunk ends the segment
+            pcm = b""
+            if sentence is not None:
                 # A fresh generator per sentence: a sentence's audio depends only on its text and the seed, so
                 # how the text was cut into segments does not change the sound.
                 rng = np.random.default_rng(seed)
-                samples = tts.from_ids(tts.ids(phonemes[index]), speed, rng)  # [num_samples] float32
+                samples = tts.from_ids(tts.ids(sentence), speed, rng)  # [num_samples] float32
                 pcm = np.ascontiguousarray(samples, dtype=np.float32).tobytes()
-                reply = ("ok", t_start, time.perf_counter(), phonemes, pcm)
+            reply: tuple[Any, ...] = ("ok", t_start, time.perf_counter(), phonemes, pcm)
         except Exception as e:  # noqa: BLE001 — the job's edge: re-raised in the awaiting coroutine
             reply = ("fail", f"{type(e).__name__}: {e}")
         try:
@@ -106,7 +110,7 @@ def _worker_main(conn: Connection, threads: int) -> None:
 @dataclass(order=True)
 class _Job:
     key: tuple[int, float, int]  # (priority, deadline, arrival): the queue's order
-    payload: tuple[Any, ...] = field(compare=False)  # (text, phonemes, index, speed, seed)
+    payload: tuple[Any, ...] = field(compare=False)  # (text, sentence, speed, seed): _worker_main's job
     future: asyncio.Future[Any] = field(compare=False)
 
 
@@ -380,9 +384,11 @@ class CpuEngine:
                 # Only the segment's first sentence is "first audio"; the rest can wait behind other turns'.
                 priority = request.priority if index == 0 else max(request.priority, PRIORITY_STREAM)
                 deadline = request.deadline_s if priority != PRIORITY_FIRST else None
-                job = self._pool.submit((request.text, phonemes, index, request.speed, request.seed),
-                                        priority, deadline)
-                t_start, t_end, phonemes, pcm = await job
+                # The text goes once (G2P in the worker); later jobs carry only their sentence's phonemes.
+                text, sentence = (request.text, None) if phonemes is None else ("", phonemes[index])
+                job = self._pool.submit((text, sentence, request.speed, request.seed), priority, deadline)
+                t_start, t_end, sentences, pcm = await job
+                phonemes = phonemes if phonemes is not None else sentences
                 assert phonemes is not None
                 index += 1
                 yield AudioChunk(samples=np.frombuffer(pcm, dtype=np.float32), last=index >= len(phonemes),

@@ -304,8 +304,10 @@ class _VoiceProcesses:
             try:
                 await worker.restart()
                 return
-            except (EngineUnavailable, OSError) as e:
-                worker.status, worker.detail = "error", str(e)
+            # SubprocessError: a killed worker not reaped within _reap's wait (TimeoutExpired); the next try
+            # kills and waits again. Uncaught, it would end this serving task and the worker for good.
+            except (EngineUnavailable, OSError, subprocess.SubprocessError) as e:
+                worker.status, worker.detail = "error", str(e) or type(e).__name__
                 log.error("CPU voice worker %d failed to restart: %s", worker.worker_id, e)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from realtime_tts.engine.kernels.rope import head_norm_rope, qk_norm_rope
+from realtime_tts.engine.kernels.rope import head_norm_rope, norm_rope_halves, qk_norm_rope
 
 
 @triton.jit
@@ -53,15 +53,11 @@ def _norm_rope_kt(k_base, stride_kt, tok_n, valid, offs_h, kw1, kw2, pos_ptr, co
     dt = k_base.dtype.element_ty
     k1 = tl.load(k_base + tok_n[None, :] * stride_kt + offs_h[:, None], mask=valid[None, :], other=0.0)
     k2 = tl.load(k_base + tok_n[None, :] * stride_kt + HALF + offs_h[:, None], mask=valid[None, :], other=0.0)
-    k1 = k1.to(tl.float32)
-    k2 = k2.to(tl.float32)
-    rstd = (1.0 / tl.sqrt((tl.sum(k1 * k1, 0) + tl.sum(k2 * k2, 0)) / HEAD_DIM + eps))[None, :]
-    n1 = ((k1 * rstd).to(dt).to(tl.float32) * kw1).to(dt).to(tl.float32)
-    n2 = ((k2 * rstd).to(dt).to(tl.float32) * kw2).to(dt).to(tl.float32)
     pos = tl.load(pos_ptr + tok_n, mask=valid, other=0)
     c = tl.load(cos_ptr + pos[None, :] * stride_tab + offs_h[:, None])  # both halves share the angles
     s = tl.load(sin_ptr + pos[None, :] * stride_tab + offs_h[:, None])
-    return (n1 * c - n2 * s).to(dt), (n2 * c + n1 * s).to(dt)
+    r1, r2 = norm_rope_halves(k1.to(tl.float32), k2.to(tl.float32), kw1, kw2, c, c, s, s, eps, dt, HEAD_DIM, 0)
+    return r1.to(dt), r2.to(dt)
 
 
 @triton.jit
@@ -83,8 +79,9 @@ def _varlen_rope_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_pt
                             stride_oh, stride_tab, eps, qk_scale_log2,
                             STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The attention of _varlen_gqa_fwd_kernel (one head per program) on RAW q/k projections: per-head RMSNorm × weight and RoPE are applied as the tiles
-    are loaded (the eager layers' roundings), so no separate pass writes q and k back."""
+    """The attention of _varlen_gqa_fwd_kernel (one head per program) on RAW q/k projections: per-head RMSNorm ×
+    weight and RoPE are applied as the tiles are loaded (the eager layers' roundings), so no separate pass writes
+    q and k back."""
     HALF: tl.constexpr = HEAD_DIM // 2
     row = tl.load(tiles_ptr + 2 * tl.program_id(0))
     m_block = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
@@ -106,16 +103,14 @@ def _varlen_rope_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_pt
     q_base = q_ptr + tok_m[:, None] * stride_qt + head * stride_qh + offs_h[None, :]
     q1 = tl.load(q_base, mask=m_valid[:, None], other=0.0).to(tl.float32)  # [BLOCK_M, HALF]
     q2 = tl.load(q_base + HALF, mask=m_valid[:, None], other=0.0).to(tl.float32)
-    rstd = (1.0 / tl.sqrt((tl.sum(q1 * q1, 1) + tl.sum(q2 * q2, 1)) / HEAD_DIM + eps))[:, None]
     qw1 = tl.load(qw_ptr + offs_h).to(tl.float32)[None, :]
     qw2 = tl.load(qw_ptr + HALF + offs_h).to(tl.float32)[None, :]
-    n1 = ((q1 * rstd).to(dt).to(tl.float32) * qw1).to(dt).to(tl.float32)
-    n2 = ((q2 * rstd).to(dt).to(tl.float32) * qw2).to(dt).to(tl.float32)
     pos = tl.load(pos_ptr + tok_m, mask=m_valid, other=0)
     c = tl.load(cos_ptr + pos[:, None] * stride_tab + offs_h[None, :])
     s = tl.load(sin_ptr + pos[:, None] * stride_tab + offs_h[None, :])
-    rq1 = (n1 * c - n2 * s).to(dt)
-    rq2 = (n2 * c + n1 * s).to(dt)
+    rq1, rq2 = norm_rope_halves(q1, q2, qw1, qw2, c, c, s, s, eps, dt, HEAD_DIM, 1)
+    rq1 = rq1.to(dt)
+    rq2 = rq2.to(dt)
     kw1 = tl.load(kw_ptr + offs_h).to(tl.float32)[:, None]
     kw2 = tl.load(kw_ptr + HALF + offs_h).to(tl.float32)[:, None]
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -152,15 +147,13 @@ def _norm_rope_q_tile(q_rows, m_valid, tok_m, qw_ptr, pos_ptr, cos_ptr, sin_ptr,
         offs_h = tl.arange(0, HALF)
         x1 = tl.load(q_rows[:, None] + offs_h[None, :], mask=m_valid[:, None], other=0.0).to(tl.float32)
         x2 = tl.load(q_rows[:, None] + HALF + offs_h[None, :], mask=m_valid[:, None], other=0.0).to(tl.float32)
-        rstd = (1.0 / tl.sqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / HEAD_DIM + eps))[:, None]
         w1 = tl.load(qw_ptr + offs_h).to(tl.float32)[None, :]
         w2 = tl.load(qw_ptr + HALF + offs_h).to(tl.float32)[None, :]
-        n1 = ((x1 * rstd).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
-        n2 = ((x2 * rstd).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
         c = tl.load(cos_ptr + pos[:, None] * stride_tab + offs_h[None, :]).to(tl.float32)  # halves share angles
         s = tl.load(sin_ptr + pos[:, None] * stride_tab + offs_h[None, :]).to(tl.float32)
-        r1 = (n1 * c - n2 * s).to(dt)
-        r2 = (n2 * c + n1 * s).to(dt)
+        r1, r2 = norm_rope_halves(x1, x2, w1, w2, c, c, s, s, eps, dt, HEAD_DIM, 1)
+        r1 = r1.to(dt)
+        r2 = r2.to(dt)
         # [TILE_M, HALF] × 2 → [TILE_M, 2, HALF] → row-major [TILE_M, HEAD_DIM] = (r1 | r2)
         q = tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (TILE_M, HEAD_DIM))
     else:

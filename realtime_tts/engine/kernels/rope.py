@@ -15,6 +15,21 @@ import triton.language as tl
 
 
 @triton.jit
+def norm_rope_halves(x1, x2, w1, w2, c1, c2, s1, s2, eps, DT: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     AXIS: tl.constexpr):
+    """The one place the q/k norm + RoPE arithmetic lives (every kernel that applies it calls this): heads
+    already loaded in fp32 as halves x1 = dims [0, HALF), x2 = [HALF, HEAD_DIM), the head dim along AXIS;
+    RMSNorm, × weight (w1, w2), then rotate-half with cos/sin per half, with the eager layers' roundings (the
+    normalised value and its product with the weight rounded to DT). → rotated halves in fp32, for the caller
+    to round or store."""
+    ss = tl.sum(x1 * x1, AXIS) + tl.sum(x2 * x2, AXIS)
+    rstd = tl.expand_dims(1.0 / tl.sqrt(ss / HEAD_DIM + eps), AXIS)
+    n1 = ((x1 * rstd).to(DT).to(tl.float32) * w1).to(DT).to(tl.float32)
+    n2 = ((x2 * rstd).to(DT).to(tl.float32) * w2).to(DT).to(tl.float32)
+    return n1 * c1 - n2 * s1, n2 * c2 + n1 * s2
+
+
+@triton.jit
 def _norm_rope_heads(x_ptr, stride_t, stride_h, w_ptr, c1, c2, s1, s2, num_heads, eps,
                      HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr):
     HALF: tl.constexpr = HEAD_DIM // 2
@@ -25,15 +40,12 @@ def _norm_rope_heads(x_ptr, stride_t, stride_h, w_ptr, c1, c2, s1, s2, num_heads
     p2 = p1 + HALF
     x1 = tl.load(p1, mask=hmask, other=0.0).to(tl.float32)  # [BLOCK_H, HALF]
     x2 = tl.load(p2, mask=hmask, other=0.0).to(tl.float32)
-    var = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / HEAD_DIM
-    rstd = (1.0 / tl.sqrt(var + eps))[:, None]
     w1 = tl.load(w_ptr + dims).to(tl.float32)[None, :]
     w2 = tl.load(w_ptr + HALF + dims).to(tl.float32)[None, :]
     dt = x_ptr.dtype.element_ty
-    n1 = ((x1 * rstd).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
-    n2 = ((x2 * rstd).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
-    tl.store(p1, (n1 * c1 - n2 * s1).to(dt), mask=hmask)
-    tl.store(p2, (n2 * c2 + n1 * s2).to(dt), mask=hmask)
+    r1, r2 = norm_rope_halves(x1, x2, w1, w2, c1, c2, s1, s2, eps, dt, HEAD_DIM, 1)
+    tl.store(p1, r1.to(dt), mask=hmask)
+    tl.store(p2, r2.to(dt), mask=hmask)
 
 
 @triton.jit
@@ -87,17 +99,15 @@ def _head_norm_rope_kernel(x_ptr, w_ptr, pos_ptr, cos_ptr, sin_ptr, stride_xt, s
     p2 = p1 + HALF
     x1 = tl.load(p1, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_T * BLOCK_H, HALF]
     x2 = tl.load(p2, mask=ok, other=0.0).to(tl.float32)
-    rstd = (1.0 / tl.sqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / HEAD_DIM + eps))[:, None]
     w1 = tl.load(w_ptr + dims).to(tl.float32)[None, :]
     w2 = tl.load(w_ptr + HALF + dims).to(tl.float32)[None, :]
     dt = x_ptr.dtype.element_ty
-    n1 = ((x1 * rstd).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
-    n2 = ((x2 * rstd).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
     pos = tl.load(pos_ptr + tok, mask=tok < num_tokens, other=0)
     c = tl.load(cos_ptr + pos[:, None] * stride_tab + dims[None, :]).to(tl.float32)  # both halves: same angles
     s = tl.load(sin_ptr + pos[:, None] * stride_tab + dims[None, :]).to(tl.float32)
-    tl.store(p1, (n1 * c - n2 * s).to(dt), mask=ok)
-    tl.store(p2, (n2 * c + n1 * s).to(dt), mask=ok)
+    r1, r2 = norm_rope_halves(x1, x2, w1, w2, c, c, s, s, eps, dt, HEAD_DIM, 1)
+    tl.store(p1, r1.to(dt), mask=ok)
+    tl.store(p2, r2.to(dt), mask=ok)
 
 
 def head_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor, cos_table: torch.Tensor,

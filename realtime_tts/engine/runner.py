@@ -48,22 +48,17 @@ class FusedBackbone:
     computes (transformers' Qwen3 layers add the residual in the activation dtype) and halves the residual
     traffic of every add+norm."""
 
-    # 64×32 tiles, 3 stages: the fastest of 64×64, 128×64, 128×32, 64×32 (2 or 3 stages) and 32×32 on the
-    # H200 at bulk shapes (bench/results/omnivoice_bench.md).
-    # fuse_rope: q/k RMSNorm + RoPE applied inside the attention kernel as tiles load (28 fewer launches per
-    # step) for forwards of at most fuse_rope_max_tokens tokens. Measured on the H200: at B=1 the fused kernel
-    # beats rope + attention, at B=64 (21k tokens) it is 1.5x slower (every K tile is re-normalised and
-    # re-rotated once per query tile and head), so large buckets keep the separate rope kernel.
-    # attention: how forwards above fuse_rope_max_tokens apply q/k norm + RoPE, one of kernels.ATTENTION_MODES
-    # ("split": qk_norm_rope then attention; "q_fused": k-only norm + RoPE, q normalised as the attention kernel
-    # loads its tile), with bulk_block = (per-head block_m, block_n, num_warps, num_stages) and bulk_heads q heads
-    # per program (None: the whole GQA group, sharing each K/V tile). The defaults are the old bulk path;
-    # StepRunner's are the H200's fastest (bench kernel stage, session 3: q_fused, 32×32 tiles per head, 4 warps,
-    # 3 stages, the GQA group: 0.50 ms against 0.62 summed over the 64-item design and clone shapes).
-    def __init__(self, model: OmniVoiceModel, block_m: int = 64, block_n: int = 32, num_stages: int = 3,
-                 fuse_rope: bool = True, fuse_rope_max_tokens: int = 2048,
-                 residual_dtype: torch.dtype = torch.float32, attention: str = "split",
-                 bulk_block: tuple[int, int, int, int] = (64, 32, 4, 3), bulk_heads: int | None = 1) -> None:
+    # attention: how every forward applies q/k norm + RoPE and attends, one of kernels.ATTENTION_MODES ("q_fused":
+    # k-only norm + RoPE, q normalised as the attention kernel loads its tile; "split": qk_norm_rope then
+    # attention; "fused": both inside the attention kernel), with block = (per-head block_m, block_n, num_warps,
+    # num_stages) and heads q heads per program (None: the whole GQA group, sharing each K/V tile). The defaults
+    # are the H200's fastest at every size the bench's kernel stage measured (bench/results/
+    # omnivoice_bench_h200_run6b.jsonl): 0.037 ms at one item (fused: 0.042, split: 0.035 with a second launch),
+    # 0.19 / 0.31 ms at 64 design / clone items (fused: 0.38 / 0.67, split 64×32: 0.24 / 0.38). Until then
+    # forwards of up to 2048 tokens took "fused" and larger ones "split": one mode now serves both.
+    def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
+                 attention: str = "q_fused", block: tuple[int, int, int, int] = (32, 32, 4, 3),
+                 heads: int | None = None) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -73,13 +68,9 @@ class FusedBackbone:
         self.num_heads, self.num_kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
         self.head_dim = cfg["head_dim"]
         self.inter = cfg["intermediate_size"]
-        self.block_m, self.block_n, self.num_stages = block_m, block_n, num_stages
-        # The split rope dots need K = head_dim / 2 ≥ 16 on tensor cores (tiny test models have head_dim 16).
-        self.fuse_rope = fuse_rope and self.head_dim >= 32
-        self.fuse_rope_max_tokens = fuse_rope_max_tokens
         if attention not in kernels.ATTENTION_MODES:
             raise ValueError(f"attention must be one of {kernels.ATTENTION_MODES}, not {attention!r}")
-        self.attention, self.bulk_block, self.bulk_heads = attention, bulk_block, bulk_heads
+        self.attention, self.block, self.heads = attention, block, heads
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
@@ -114,11 +105,7 @@ class FusedBackbone:
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         mm_dtype = self.final_norm.dtype
         cos_table, sin_table = self.llm.rope_tables(max_seqlen, torch.float32)
-        heads: int | None  # q heads per attention program (None: the GQA group)
-        if self.fuse_rope and n <= self.fuse_rope_max_tokens:
-            mode, heads, (bm, bn, nw, ns) = "fused", 1, (self.block_m, self.block_n, 4, self.num_stages)
-        else:
-            mode, heads, (bm, bn, nw, ns) = self.attention, self.bulk_heads, self.bulk_block
+        mode, heads, (bm, bn, nw, ns) = self.attention, self.heads, self.block
         # split: the per-token angles [N, D] fp32, gathered once for all layers
         angles = (cos_table[positions], sin_table[positions]) if mode == "split" else None
         tiles = k.attention_tiles(cu_seqlens, k.max_attention_tiles(n, cu_seqlens.numel() - 1, bm), bm)
@@ -204,7 +191,7 @@ class StepRunner:
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
-                 fused_scoring: bool | None = None, head_tf32: bool = True, fuse_rope: bool = True,
+                 fused_scoring: bool | None = None, head_tf32: bool = True,
                  max_graphs: int = 64, min_free_bytes: int = 4 << 30, capture_on_miss: bool = True,
                  token_buckets: tuple[int, ...] = TOKEN_BUCKETS, batch_buckets: tuple[int, ...] = BATCH_BUCKETS,
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
@@ -222,10 +209,10 @@ class StepRunner:
         self.use_graphs = cuda if use_graphs is None else use_graphs
         if self.use_graphs and not cuda:
             raise ValueError("CUDA graphs need a CUDA model")
-        if model.llm.cfg["head_dim"] < 32:  # like fuse_rope: tensor-core dots need half a head ≥ 16 (tiny models)
+        if model.llm.cfg["head_dim"] < 32:  # the rope dots on tensor cores need half a head ≥ 16 (tiny models)
             attention = "split"
-        self.fused = FusedBackbone(model, fuse_rope=fuse_rope, residual_dtype=stream_dtype, attention=attention,
-                                   bulk_block=attention_block, bulk_heads=attention_heads) if self.use_fused else None
+        self.fused = FusedBackbone(model, residual_dtype=stream_dtype, attention=attention, block=attention_block,
+                                   heads=attention_heads) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
         self.head_tf32 = head_tf32 and precision == "fp32"

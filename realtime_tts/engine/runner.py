@@ -7,7 +7,9 @@ Worker processes only (torch).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -197,7 +199,7 @@ class StepRunner:
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
-                 fused_snake: bool = True) -> None:
+                 fused_snake: bool = True, capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
@@ -228,6 +230,9 @@ class StepRunner:
         self.stats = RunnerStats()
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._inflight: deque[torch.cuda.Event] = deque()
+        # Held around every step-graph capture: torch captures in global mode, so another thread's CUDA work (the
+        # worker's decode thread) must not run meanwhile; that thread takes the same lock.
+        self._capture_lock: contextlib.AbstractContextManager[Any] = capture_lock or contextlib.nullcontext()
         self.codec_graphs: Any = None
         if fused_snake and self.use_fused and cuda and model.codec is not None:
             # one Triton pass per Snake activation of the codec (kernels/snake.py); on CUDA only: under the CPU
@@ -559,6 +564,10 @@ class StepRunner:
     def capture(self, key: BucketKey) -> _Graph | None:
         """Capture the step graph for one bucket (None when over max_graphs or the memory headroom). The warm-up
         runs and the capture see only the empty slot, so items in flight are untouched."""
+        with self._capture_lock:
+            return self._capture(key)
+
+    def _capture(self, key: BucketKey) -> _Graph | None:
         if key in self.graphs:
             return self.graphs[key]
         if len(self.graphs) >= self.max_graphs:

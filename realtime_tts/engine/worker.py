@@ -80,13 +80,6 @@ class ModelBackend:
         # Decodes run in the loop's decode thread while steps run here; a CUDA graph capture must not see
         # another thread's CUDA work (global capture mode), so captures and decodes exclude each other.
         self._cuda_lock = threading.Lock()
-        lock = self._cuda_lock
-
-        class _Runner(StepRunner):
-            def capture(self, key: Any) -> Any:
-                with lock:
-                    return super().capture(key)
-
         if options.num_threads > 0:
             torch.set_num_threads(options.num_threads)
         if options.device.startswith("cuda"):
@@ -96,8 +89,9 @@ class ModelBackend:
                                                        device=options.device)
         # Room for every bucket serving_keys() lists (~290 at a 16k budget; each holds only its small static
         # inputs, the graphs share one memory pool).
-        self.runner = _Runner(self.model, max_graphs=400, max_slots=options.max_active,
-                              codec_graph_frames=options.codec_graph_frames, precision=options.precision)
+        self.runner = StepRunner(self.model, max_graphs=400, max_slots=options.max_active,
+                                 codec_graph_frames=options.codec_graph_frames, precision=options.precision,
+                                 capture_lock=self._cuda_lock)
         self._budget = options.max_batch_tokens
         self._policy = options.policy
         self.device = options.device

@@ -444,11 +444,14 @@ def profile_ours(model: Any, runner: Any, out_dir: Path, args: argparse.Namespac
         with torch.inference_mode():
             work()
             sync()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
                 work()
                 sync()
         tables.append(f"## {name}, B={num} design {args.dur} s\n\n"
                       + prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=70))
+        if name == "codec decode":  # which torch ops (and shapes) its kernels come from
+            tables.append(f"## {name} by op and input shape\n\n" + prof.key_averages(group_by_input_shape=True).table(
+                sort_by="self_cuda_time_total", row_limit=25, max_name_column_width=40, max_shapes_column_width=80))
     (out_dir / "omnivoice_profile.txt").write_text("\n\n".join(tables))
 
 

@@ -6,9 +6,6 @@ native (the gpu-marked test).
 
 from __future__ import annotations
 
-import logging
-import os
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # must precede the kernels' import
-
 triton = pytest.importorskip("triton")
+
+from oracle import load_reference
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.runner import StepRunner
@@ -82,11 +78,7 @@ def model_bf16(tiny_checkpoint: Path) -> OmniVoiceModel:
 @pytest.fixture(scope="module")
 def reference_bf16(tiny_checkpoint: Path) -> Any:
     """The reference package loaded as BASELINE.md measured it (dtype=bfloat16)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        omnivoice = pytest.importorskip("omnivoice")
-    logging.getLogger("omnivoice").setLevel(logging.ERROR)
-    return omnivoice.OmniVoice.from_pretrained(str(tiny_checkpoint), dtype=torch.bfloat16, device_map=DEVICE)
+    return load_reference(tiny_checkpoint, torch.bfloat16, DEVICE)
 
 
 def _items(model: OmniVoiceModel, num_step: int) -> list[PreparedItem]:

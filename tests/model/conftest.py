@@ -3,13 +3,12 @@ reference `omnivoice` 0.2.1 (the parity oracle, a test-only dependency), both fp
 
 from __future__ import annotations
 
-import logging
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from oracle import load_reference
 
 from realtime_tts.model import OmniVoiceModel
 
@@ -21,11 +20,7 @@ def ours(tiny_checkpoint: Path) -> OmniVoiceModel:
 
 @pytest.fixture(scope="session")
 def reference(tiny_checkpoint: Path) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        omnivoice = pytest.importorskip("omnivoice")
-    logging.getLogger("omnivoice").setLevel(logging.ERROR)
-    return omnivoice.OmniVoice.from_pretrained(str(tiny_checkpoint), dtype=torch.float32, device_map="cpu")
+    return load_reference(tiny_checkpoint, torch.float32, "cpu")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -3,11 +3,19 @@ checkpoint, each shared by the session."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from live_server import Server, start_server, stop_server
+
+if not torch.cuda.is_available():
+    # Without a GPU the Triton kernels run in Triton's interpreter. triton.jit reads this when a kernel is
+    # decorated, i.e. when realtime_tts.engine.kernels is first imported, by whichever test module comes first:
+    # so it is set here, before pytest imports any test module.
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture(scope="session")

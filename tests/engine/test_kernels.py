@@ -10,10 +10,6 @@ import sys
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # Must be set before the kernels are decorated (at import of the package below).
-    os.environ["TRITON_INTERPRET"] = "1"
-
 triton = pytest.importorskip("triton")
 
 from realtime_tts.engine import kernels

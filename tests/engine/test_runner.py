@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # the fused backbone's kernels run in Triton's interpreter on CPU
 
 from realtime_tts.engine.runner import FusedBackbone, StepRunner
 from realtime_tts.model import DecodeParams, OmniVoiceModel, decoding, prepare

@@ -189,7 +189,12 @@ class StepRunner:
     runs the audio head in fp32 (TF32 when head_tf32) → fp32 logits. "reference" computes as the reference
     `omnivoice` package does with a model loaded in bf16: residual stream, embedding sum, final norm output,
     head GEMM and logits in the weights' dtype (scoring still in fp32). With use_fused=False the backbone is the
-    model's own (fp32 residual) and only the head follows precision.
+    model's own (fp32 residual) and only the head follows precision. The server's default is "reference"
+    (config --precision); this class keeps "fp32", the model layer's own arithmetic, for its direct users.
+
+    attention, attention_block, attention_heads: FusedBackbone's attention mode, tiles and q heads per program.
+    fused_snake (CUDA): the codec's Snake activations through kernels/snake.py. capture_lock: held around every
+    step-graph capture (the worker's lock, shared with its decode thread).
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,

@@ -3,6 +3,8 @@
 # (.gpuwhl: the web stack, hibari-tts, omnivoice 0.2.1 as the oracle, soundfile/pydub), then, each when its
 # flag is 1 and time is left:
 #   GPU_TESTS  the GPU-marked engine tests (~1-2 min)                       → $OUT/gpu_tests_h200.txt
+#   GEMM       bench/omnivoice_gemm.py: the backbone's projections, cuBLAS vs our Triton matmuls (~3 min)
+#                                                                            → $OUT/omnivoice_gemm.{md,jsonl}
 #   BULK       bench/omnivoice_bench.py (ours; the reference too unless BULK_ARGS has --no-ref), BULK_S budget
 #                                                                            → $OUT/omnivoice_bench.{md,jsonl}
 #              BULK_B_ARGS: then the same again with these flags (each gets half the budget) → $OUT/b/
@@ -22,6 +24,10 @@ ckpt=/tmp/omnivoice-full
 if [ "${GPU_TESTS:-0}" = 1 ]; then
     timeout "${TESTS_S:-300}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine > "$OUT/gpu_tests_h200.txt" 2>&1; tail -5 "$OUT/gpu_tests_h200.txt"
     echo "gpu tests done at $((SECONDS - start)) s" | tee -a "$log"
+fi
+if [ "${GEMM:-0}" = 1 ]; then
+    timeout "${GEMM_S:-240}" python3 bench/omnivoice_gemm.py --out-dir "$OUT" ${GEMM_ARGS:-} >> "$log" 2>&1
+    echo "gemm: rc $? at $((SECONDS - start)) s" | tee -a "$log"
 fi
 if [ "${BULK:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
     budget=${BULK_S:-200}

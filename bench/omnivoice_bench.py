@@ -277,7 +277,8 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
         args.attention, args.attention_block, args.attention_heads = pick_attention(out_dir)
     runner = StepRunner(model, precision=args.precision, attention=args.attention,
                         attention_block=tuple(int(v) for v in args.attention_block.split(",")),  # type: ignore[arg-type]
-                        attention_heads=args.attention_heads or None)
+                        attention_heads=args.attention_heads or None,
+                        swiglu_gemm_min_tokens=args.swiglu_gemm_min_tokens)
     # The bulk table decodes with the fused Snake kernel only under --fused-snake (set here either way, whatever
     # StepRunner chose), so the table states which codec ran.
     use_fused_snake(model.codec.model, enabled=args.fused_snake)
@@ -511,6 +512,10 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              "(--fused-snake / --no-fused-snake).", "",
              f"Attention (--attention, --attention-block, --attention-heads): {args.attention}, block "
              f"{args.attention_block}, {args.attention_heads or 'GQA group'} q head(s) per program.", "",
+             f"MLP gate/up + SwiGLU (--swiglu-gemm-min-tokens {args.swiglu_gemm_min_tokens}): "
+             + ("cuBLAS then silu_mul." if args.swiglu_gemm_min_tokens <= 0 else
+                f"one Triton GEMM with SwiGLU in its epilogue for steps of >= {args.swiglu_gemm_min_tokens} "
+                "tokens."), "",
              "| impl | mode | B | wall s | xRT | xRT pipelined | per step ms | loop TFLOP/s | MFU (loop) | graph hits/misses |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in gens:
@@ -562,6 +567,8 @@ def main() -> None:
     p.add_argument("--attention-block", default="32,32,4,3",
                    help="attention block_m,block_n,num_warps,num_stages (block_m per q head)")
     p.add_argument("--attention-heads", type=int, default=0, help="q heads per attention program; 0 = the GQA group")
+    p.add_argument("--swiglu-gemm-min-tokens", type=int, default=0,
+                   help="steps of at least this many tokens fuse the MLP's gate/up GEMM and SwiGLU (0: never)")
     p.add_argument("--fused-snake", action=argparse.BooleanOptionalAction, default=True,
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     args = p.parse_args()

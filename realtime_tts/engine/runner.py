@@ -28,9 +28,9 @@ log = logging.getLogger("realtime_tts.runner")
 # Up to 16384 (serving steps; the worker captures these at start-up) fine where latency-bound steps live
 # (the deadline scheduler sizes steps on this staircase: bench/results/omnivoice_sched_sim.md, 512-token
 # buckets gave N=100 agents 297 vs 314 ms p95 first audio), above (bulk batches, captured on first use) by
-# 512: ≤ 3% padding in every kernel of a large batch (by 1024 a B=128 design batch of 42368 tokens ran 43008).
+# 128: a B=128 design batch of 42368 tokens runs unpadded (by 512 it ran 43008, 1.5% more of every kernel).
 TOKEN_BUCKETS = ((256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632, 6144,
-                  7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(16896, 65536 + 1, 512)))
+                  7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(16512, 65536 + 1, 128)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
 
@@ -60,7 +60,7 @@ class FusedBackbone:
     # forwards of up to 2048 tokens took "fused" and larger ones "split": one mode now serves both.
     def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
                  attention: str = "q_fused", block: tuple[int, int, int, int] = (32, 32, 4, 3),
-                 heads: int | None = None) -> None:
+                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -73,6 +73,10 @@ class FusedBackbone:
         if attention not in kernels.ATTENTION_MODES:
             raise ValueError(f"attention must be one of {kernels.ATTENTION_MODES}, not {attention!r}")
         self.attention, self.block, self.heads = attention, block, heads
+        # forwards of at least this many tokens run the MLP's gate/up GEMM with SwiGLU in its epilogue
+        # (kernels/gemm.py; the [N, 2I] product never reaches memory); smaller ones, and all when 0, cuBLAS +
+        # silu_mul
+        self.swiglu_gemm_min_tokens = swiglu_gemm_min_tokens
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
@@ -118,6 +122,7 @@ class FusedBackbone:
             residual = embeds.to(self.residual_dtype)
         else:
             residual = embeds if consume else embeds.clone()
+        fused_mlp = 0 < self.swiglu_gemm_min_tokens <= n
         x = k.rms_norm(residual, self.layers[0]["ln1"], self.eps,
                        out=torch.empty(n, residual.shape[1], dtype=mm_dtype, device=embeds.device))
         for i, w in enumerate(self.layers):
@@ -128,8 +133,11 @@ class FusedBackbone:
                                   block_n=bn, num_warps=nw, num_stages=ns, angles=angles)
             o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
-            gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
-            act = k.silu_mul(gate_up[:, :self.inter], gate_up[:, self.inter:])
+            if fused_mlp:
+                act = k.swiglu_gemm(x, w["gate_up"])  # [N, I]
+            else:
+                gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
+                act = k.silu_mul(gate_up[:, :self.inter], gate_up[:, self.inter:])
             mlp = torch.matmul(act, w["down"].t())
             if i + 1 < len(self.layers):
                 x, residual = k.add_rms_norm(mlp, residual, self.layers[i + 1]["ln1"], self.eps)
@@ -193,6 +201,8 @@ class StepRunner:
     (config --precision); this class keeps "fp32", the model layer's own arithmetic, for its direct users.
 
     attention, attention_block, attention_heads: FusedBackbone's attention mode, tiles and q heads per program.
+    swiglu_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up GEMM + SwiGLU as one Triton
+    kernel (0: never; FusedBackbone).
     fused_snake (CUDA): the codec's Snake activations through kernels/snake.py. capture_lock: held around every
     step-graph capture (the worker's lock, shared with its decode thread).
     """
@@ -204,7 +214,8 @@ class StepRunner:
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
-                 fused_snake: bool = True, capture_lock: threading.Lock | None = None) -> None:
+                 swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True,
+                 capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
@@ -219,7 +230,8 @@ class StepRunner:
         if model.llm.cfg["head_dim"] < 32:  # the rope dots on tensor cores need half a head ≥ 16 (tiny models)
             attention = "split"
         self.fused = FusedBackbone(model, residual_dtype=stream_dtype, attention=attention, block=attention_block,
-                                   heads=attention_heads) if self.use_fused else None
+                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens
+                                   ) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
         self.head_tf32 = head_tf32 and precision == "fp32"

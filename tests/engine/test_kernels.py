@@ -406,3 +406,54 @@ def test_q_fused_gqa_attention_compiles_for_sm90_without_spills() -> None:
     for name, u in usage.items():
         assert u["stack"] == 0, f"{name} spills registers: {u}"
         assert u["wgmma"] > 0 and u["cp_async"] > 0, f"{name}: {u}"
+
+
+GEMM_DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+# Small tiles on CPU (the interpreter runs each program in Python); several tiles per program (persistent),
+# one program per tile, and a group wider than the M-tiles.
+GEMM_CONFIGS = [kernels.GemmConfig(32, 32, 16, 4, 2, 2, True), kernels.GemmConfig(16, 32, 32, 4, 2, 8, False)]
+
+
+@pytest.mark.parametrize("dtype", GEMM_DTYPES)
+@pytest.mark.parametrize("config", GEMM_CONFIGS, ids=lambda c: c.label())
+@pytest.mark.parametrize(("m", "k", "inter"), [(70, 48, 40), (33, 64, 96), (1, 32, 32)])
+def test_swiglu_gemm_matches_matmuls_then_silu_mul(dtype: torch.dtype, config: kernels.GemmConfig, m: int,
+                                                    k: int, inter: int) -> None:
+    g = gen(11)
+    x = torch.randn(m, k, generator=g).to(DEVICE, dtype)
+    gate_up = (torch.randn(2 * inter, k, generator=g) / k ** 0.5).to(DEVICE, dtype)  # gate rows, then up rows
+    out = torch.full((m, inter), float("nan"), dtype=dtype, device=DEVICE)
+    kernels.swiglu_gemm(x, gate_up, out=out, config=config)
+    assert rel_err(out, kernels.swiglu_gemm_ref(x.double(), gate_up.double())) < tol(dtype)
+    # the up half matters: swapping the halves changes the result
+    swapped = torch.cat([gate_up[inter:], gate_up[:inter]])
+    assert rel_err(kernels.swiglu_gemm(x, swapped, config=config), out.double()) > 10 * tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", GEMM_DTYPES)
+@pytest.mark.parametrize("config", GEMM_CONFIGS, ids=lambda c: c.label())
+def test_gemm_matches_matmul(dtype: torch.dtype, config: kernels.GemmConfig) -> None:
+    g = gen(12)
+    x = torch.randn(77, 64, generator=g).to(DEVICE, dtype)
+    w = torch.randn(40, 64, generator=g).to(DEVICE, dtype)
+    out = kernels.gemm(x, w, config=config)
+    assert out.shape == (77, 40)
+    assert rel_err(out, x.double() @ w.double().t()) < tol(dtype)
+
+
+def test_gemm_config_parses_the_bench_spelling() -> None:
+    cfg = kernels.GemmConfig.parse("128,64,32,4,3,8,0")
+    assert cfg == kernels.GemmConfig(128, 64, 32, 4, 3, 8, False)
+    assert cfg.label() == "128x64x32w4s3g8"
+    assert kernels.GemmConfig.parse("64,64,64,4,2").group_m == kernels.GemmConfig().group_m
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_swiglu_gemm_at_omnivoice_size_on_gpu() -> None:
+    g = gen(13)
+    x = torch.randn(4000, 1024, generator=g).to("cuda", torch.bfloat16)
+    gate_up = (torch.randn(6144, 1024, generator=g) / 32).to("cuda", torch.bfloat16)
+    out = kernels.swiglu_gemm(x, gate_up)
+    gu = torch.matmul(x, gate_up.t())
+    assert rel_err(out, kernels.silu_mul(gu[:, :3072], gu[:, 3072:])) < 1e-2

@@ -15,6 +15,7 @@ from realtime_tts.engine.kernels.attention import (
     varlen_attention_rope,
 )
 from realtime_tts.engine.kernels.embed import embed, embed_ref
+from realtime_tts.engine.kernels.gemm import GemmConfig, gemm, swiglu_gemm, swiglu_gemm_ref
 from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
 from realtime_tts.engine.kernels.rope import head_norm_rope, qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
 from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
@@ -23,6 +24,7 @@ from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 
 __all__ = [
     "ATTENTION_MODES",
+    "GemmConfig",
     "add_rms_norm",
     "add_rms_norm_ref",
     "attention_tiles",
@@ -30,6 +32,7 @@ __all__ = [
     "cfg_argmax_ref",
     "embed",
     "embed_ref",
+    "gemm",
     "head_norm_rope",
     "max_attention_tiles",
     "norm_rope_attention",
@@ -42,6 +45,8 @@ __all__ = [
     "silu_mul_ref",
     "snake",
     "snake_ref",
+    "swiglu_gemm",
+    "swiglu_gemm_ref",
     "use_fused_snake",
     "varlen_attention",
     "varlen_attention_gqa",

@@ -1,0 +1,211 @@
+"""Persistent TMA matmuls for the backbone's bulk forwards: the MLP's gate/up projection with SwiGLU in its
+epilogue (the [N, 2I] gate_up product never reaches memory), and a plain x @ w.T of the same make so the
+bench can rank it against cuBLAS on the same shapes. Worker processes only (torch, triton).
+"""
+# @triton.jit kernels are untyped by nature:
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class GemmConfig:
+    """Tile of one program (block_n: output columns; the SwiGLU kernel reads 2·block_n weight rows per tile),
+    the K step, warps, pipeline stages, the M-tiles walked per column band (L2 reuse of weight tiles), and
+    programs = SM count × waves (persistent grid; 0: one program per tile)."""
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    num_warps: int = 8
+    num_stages: int = 3
+    group_m: int = 8
+    persistent: bool = True
+
+    @classmethod
+    def parse(cls, spec: str) -> GemmConfig:
+        """"128,128,64,8,3[,group_m[,persistent 0/1]]" → GemmConfig."""
+        parts = [int(x) for x in spec.split(",")]
+        names = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "persistent")
+        values = dict(zip(names, parts, strict=False))
+        if "persistent" in values:
+            values["persistent"] = bool(values["persistent"])
+        return cls(**values)  # type: ignore[arg-type]
+
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}w{self.num_warps}s{self.num_stages}g{self.group_m}"
+                + ("p" if self.persistent else ""))
+
+
+SWIGLU_CONFIG = GemmConfig()
+
+
+@triton.jit
+def _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 GROUP_M: tl.constexpr):
+    # Grouped order: GROUP_M consecutive M-tiles walk one band of output columns together, so each weight tile
+    # is read from L2 by the group rather than from memory by every M-tile.
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile // per_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % per_group) % group_m
+    pid_n = (tile % per_group) // group_m
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@triton.jit
+def _swiglu_tile(x_desc, wg_desc, wu_desc, out_desc, tile, num_pid_m, num_pid_n, K: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+    dt = out_desc.dtype
+    acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = x_desc.load([off_m, k])  # [BLOCK_M, BLOCK_K]
+        acc_g = tl.dot(a, wg_desc.load([off_n, k]).T, acc_g)
+        acc_u = tl.dot(a, wu_desc.load([off_n, k]).T, acc_u)
+    g = acc_g.to(dt).to(tl.float32)
+    u = acc_u.to(dt).to(tl.float32)
+    act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+    out_desc.store([off_m, off_n], (act * u).to(dt))
+
+
+@triton.jit
+def _swiglu_gemm_kernel(x_desc, wg_desc, wu_desc, out_desc, M, N: tl.constexpr, K: tl.constexpr,
+                        NUM_PROGRAMS: tl.constexpr, STATIC_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """out[M, N] = silu(x @ wg.T) * (x @ wu.T), each product rounded to out's dtype first (the eager layers'
+    roundings: gate and up come out of their matmuls in the activation dtype, silu is rounded before the
+    product). Tiles past M or N read zeros and are clipped on store by the descriptors. STATIC_TILES: the
+    tile count as a constant, for Triton's interpreter (its loops need Python bounds); 0 on the GPU."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    if STATIC_TILES == 0:
+        for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=True):
+            _swiglu_tile(x_desc, wg_desc, wu_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N,
+                         BLOCK_K, GROUP_M)
+    else:
+        for first in range(0, STATIC_TILES, NUM_PROGRAMS):
+            tile = first + tl.program_id(0)
+            if tile < STATIC_TILES:
+                _swiglu_tile(x_desc, wg_desc, wu_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M,
+                             BLOCK_N, BLOCK_K, GROUP_M)
+
+
+@triton.jit
+def _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        acc = tl.dot(x_desc.load([off_m, k]), w_desc.load([off_n, k]).T, acc)
+    out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+
+
+@triton.jit
+def _gemm_kernel(x_desc, w_desc, out_desc, M, N: tl.constexpr, K: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                 STATIC_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 GROUP_M: tl.constexpr):
+    """out[M, N] = x @ w.T (fp32 accumulation, rounded once to out's dtype); tiles walked as above."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    if STATIC_TILES == 0:
+        for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=True):
+            _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                       GROUP_M)
+    else:
+        for first in range(0, STATIC_TILES, NUM_PROGRAMS):
+            tile = first + tl.program_id(0)
+            if tile < STATIC_TILES:
+                _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                           GROUP_M)
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def _programs(num_tiles: int, device: torch.device, persistent: bool) -> int:
+    """One program per SM when persistent (each walks tiles SM-count apart); off CUDA (Triton's interpreter)
+    3, so that tests walk several tiles per program too."""
+    if not persistent:
+        return max(1, num_tiles)
+    if device.type != "cuda":
+        return max(1, min(num_tiles, 3))
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SM_COUNT:
+        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return max(1, min(num_tiles, _SM_COUNT[index]))
+
+
+def _static_tiles(num_tiles: int) -> int:
+    return num_tiles if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else 0
+
+
+def _check(x: torch.Tensor, w: torch.Tensor) -> None:
+    assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1], "x [M, K] and w [N, K]"
+    assert x.stride(1) == 1 and w.stride(1) == 1 and x.dtype == w.dtype
+    # TMA: row pitches and bases 16-byte aligned
+    assert (x.stride(0) * x.element_size()) % 16 == 0 and (w.stride(0) * w.element_size()) % 16 == 0
+    assert x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
+
+
+def swiglu_gemm(x: torch.Tensor, gate_up: torch.Tensor, out: torch.Tensor | None = None,
+                config: GemmConfig = SWIGLU_CONFIG) -> torch.Tensor:
+    """x [M, K] @ gate_up [2I, K].T (gate rows first, then up rows, as FusedBackbone concatenates them) →
+    silu(gate) * up [M, I] in x's dtype, with no [M, 2I] intermediate. No host syncs (graph-capturable)."""
+    _check(x, gate_up)
+    m, k = x.shape
+    inter = gate_up.shape[0] // 2
+    gate, up = gate_up[:inter], gate_up[inter:]
+    assert up.data_ptr() % 16 == 0, "the up half of gate_up must start 16-byte aligned"
+    out = torch.empty(m, inter, dtype=x.dtype, device=x.device) if out is None else out
+    if m == 0:
+        return out
+    c = config
+    x_desc = TensorDescriptor.from_tensor(x, [c.block_m, c.block_k])
+    wg_desc = TensorDescriptor.from_tensor(gate, [c.block_n, c.block_k])
+    wu_desc = TensorDescriptor.from_tensor(up, [c.block_n, c.block_k])
+    out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
+    num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(inter, c.block_n)
+    programs = _programs(num_tiles, x.device, c.persistent)
+    _swiglu_gemm_kernel[(programs,)](x_desc, wg_desc, wu_desc, out_desc, m, inter, k, NUM_PROGRAMS=programs,
+                                     STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
+                                     num_warps=c.num_warps, num_stages=c.num_stages)
+    return out
+
+
+def gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None,
+         config: GemmConfig = SWIGLU_CONFIG) -> torch.Tensor:
+    """x [M, K] @ w [N, K].T → [M, N] in x's dtype (the Triton twin of torch.matmul(x, w.t()))."""
+    _check(x, w)
+    m, k = x.shape
+    n = w.shape[0]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
+    if m == 0:
+        return out
+    c = config
+    x_desc = TensorDescriptor.from_tensor(x, [c.block_m, c.block_k])
+    w_desc = TensorDescriptor.from_tensor(w, [c.block_n, c.block_k])
+    out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
+    num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n)
+    programs = _programs(num_tiles, x.device, c.persistent)
+    _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, n, k, NUM_PROGRAMS=programs,
+                              STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m,
+                              BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.num_warps,
+                              num_stages=c.num_stages)
+    return out
+
+
+def swiglu_gemm_ref(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
+    """The eager MLP's first half: two matmuls' outputs in x's dtype, silu(gate) * up."""
+    inter = gate_up.shape[0] // 2
+    gate = torch.matmul(x, gate_up[:inter].t())
+    up = torch.matmul(x, gate_up[inter:].t())
+    return torch.nn.functional.silu(gate) * up

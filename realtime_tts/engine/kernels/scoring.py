@@ -3,7 +3,9 @@ the cond/uncond log-softmaxes, a second log-softmax, MASK excluded, argmax token
 
 Reads the audio head's logits in their own dtype (fp32, or bf16 as the reference's head gives them) and computes
 in fp32, as the reference does after `.logits.to(torch.float32)`, so the [B, 8, T, 1025] fp32 intermediates of
-the plain version never touch memory. Argmax ties resolve to the lowest id, as torch's do.
+the plain version never touch memory. Argmax ties resolve to the lowest id, as torch's do. Two kernels: "rows" (default) holds several positions per
+program as a [ROWS, 2^k] tile with the vocab's last column peeled off as a per-row scalar (1025 = 1024 + 1);
+"legacy", the first version, one position per program over next_power_of_2(V) lanes, kept for the bench.
 """
 # @triton.jit kernels are untyped by nature:
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"
@@ -42,20 +44,91 @@ def _cfg_argmax_kernel(c_ptr, u_ptr, g_ptr, pred_ptr, conf_ptr, stride_c, stride
     tl.store(pred_ptr + row, pred.to(tl.int64))
 
 
-def cfg_argmax(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.Tensor,
-               mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+@triton.jit
+def _log_softmax_rows(x, x_last, cols_ok, EVEN: tl.constexpr):
+    """log_softmax of each row of a [ROWS, MAIN] tile plus its peeled last column x_last [ROWS], in torch's
+    rounding order ((x - max) - log(sum)) → ([ROWS, MAIN], [ROWS]). Columns outside cols_ok are ignored (their
+    outputs are garbage); EVEN: the tile has none."""
+    if EVEN:
+        mx = tl.maximum(tl.max(x, axis=1), x_last)  # [ROWS]
+        s = tl.sum(tl.exp(x - mx[:, None]), axis=1)
+    else:
+        mx = tl.maximum(tl.max(tl.where(cols_ok, x, float("-inf")), axis=1), x_last)
+        s = tl.sum(tl.where(cols_ok, tl.exp(x - mx[:, None]), 0.0), axis=1)
+    log_s = tl.log(s + tl.exp(x_last - mx))
+    return (x - mx[:, None]) - log_s[:, None], (x_last - mx) - log_s
+
+
+@triton.jit
+def _cfg_argmax_rows_kernel(c_ptr, u_ptr, g_ptr, pred_ptr, conf_ptr, num_rows, stride_c, stride_u, rows_per_item,
+                            mask_id, LAST: tl.constexpr, MAIN: tl.constexpr, ROWS: tl.constexpr):
+    # ROWS positions per program; columns [0, LAST) in the tile (MAIN = next_power_of_2(LAST) lanes) and column
+    # LAST = V - 1 as one scalar per row: V = 1025 needs 1024 lanes, not 2048 of which half are masked.
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # [ROWS]
+    row_ok = rows < num_rows
+    rows = tl.minimum(rows, num_rows - 1)  # a short last program recomputes the last row: loads stay unmasked
+    cols = tl.arange(0, MAIN)[None, :]  # [1, MAIN]
+    EVEN: tl.constexpr = MAIN == LAST
+    cols_ok = cols < LAST
+    c_row = c_ptr + rows * stride_c
+    u_row = u_ptr + rows * stride_u
+    if EVEN:
+        c = tl.load(c_row[:, None] + cols).to(tl.float32)  # [ROWS, MAIN]
+        u = tl.load(u_row[:, None] + cols).to(tl.float32)
+    else:
+        c = tl.load(c_row[:, None] + cols, mask=cols_ok, other=0.0).to(tl.float32)
+        u = tl.load(u_row[:, None] + cols, mask=cols_ok, other=0.0).to(tl.float32)
+    c_last = tl.load(c_row + LAST).to(tl.float32)  # [ROWS]
+    u_last = tl.load(u_row + LAST).to(tl.float32)
+    g = tl.load(g_ptr + rows // rows_per_item)  # [ROWS]
+    c_ls, c_ls_last = _log_softmax_rows(c, c_last, cols_ok, EVEN)
+    u_ls, u_ls_last = _log_softmax_rows(u, u_last, cols_ok, EVEN)
+    z = c_ls + g[:, None] * (c_ls - u_ls)
+    z_last = c_ls_last + g * (c_ls_last - u_ls_last)
+    z_ls, z_ls_last = _log_softmax_rows(z, z_last, cols_ok, EVEN)
+    lp = tl.where(g[:, None] != 0, z_ls, c_ls)
+    lp = tl.where(cols_ok & (cols != mask_id), lp, float("-inf"))
+    lp_last = tl.where(g != 0, z_ls_last, c_ls_last)
+    conf = tl.max(lp, axis=1)  # [ROWS]
+    pred = tl.argmax(lp, axis=1, tie_break_left=True).to(tl.int64)
+    # the peeled column has the highest id: it wins only when strictly greater (ties go to the lowest id)
+    take_last = (lp_last > conf) & (mask_id != LAST)
+    pred = tl.where(take_last, LAST, pred)
+    conf = tl.where(take_last, lp_last, conf)
+    tl.store(conf_ptr + rows, conf, mask=row_ok)
+    tl.store(pred_ptr + rows, pred, mask=row_ok)
+
+
+CFG_ARGMAX_VARIANTS = ("rows", "legacy")
+
+
+def cfg_argmax(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.Tensor, mask_id: int, *,
+               variant: str = "rows", rows_per_program: int = 2, num_warps: int = 1
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     """c_logits, u_logits [B, R, V] (R positions per item, e.g. T·8), guidance [B] fp32
-    → (pred [B, R] int64, conf [B, R] fp32)."""
+    → (pred [B, R] int64, conf [B, R] fp32). variant "rows": rows_per_program positions per program of
+    num_warps warps (one warp holds whole rows only when num_warps == 1: Triton spreads warps along the columns
+    first); "legacy": the one-position kernel (num_warps=4, rows_per_program ignored)."""
     num_b, per_item, vocab = c_logits.shape
     assert u_logits.shape == c_logits.shape and c_logits.stride(2) == 1 and u_logits.stride(2) == 1
+    if variant not in CFG_ARGMAX_VARIANTS:
+        raise ValueError(f"variant must be one of {CFG_ARGMAX_VARIANTS}, got {variant!r}")
     c2 = c_logits.reshape(num_b * per_item, vocab)
     u2 = u_logits.reshape(num_b * per_item, vocab)
     pred = torch.empty(num_b, per_item, dtype=torch.long, device=c_logits.device)
     conf = torch.empty(num_b, per_item, dtype=torch.float32, device=c_logits.device)
-    if pred.numel():
-        _cfg_argmax_kernel[(num_b * per_item,)](
+    num_rows = num_b * per_item
+    if not num_rows:
+        return pred, conf
+    if variant == "legacy":
+        _cfg_argmax_kernel[(num_rows,)](
             c2, u2, guidance, pred, conf, c2.stride(0), u2.stride(0), per_item, vocab, mask_id,
             BLOCK=triton.next_power_of_2(vocab), num_warps=4)
+        return pred, conf
+    last = vocab - 1
+    _cfg_argmax_rows_kernel[(triton.cdiv(num_rows, rows_per_program),)](
+        c2, u2, guidance, pred, conf, num_rows, c2.stride(0), u2.stride(0), per_item, mask_id,
+        LAST=last, MAIN=triton.next_power_of_2(max(last, 1)), ROWS=rows_per_program, num_warps=num_warps)
     return pred, conf
 
 

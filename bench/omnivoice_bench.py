@@ -89,6 +89,57 @@ def sync() -> None:
     torch.cuda.synchronize()
 
 
+# cfg_argmax configurations timed beside the legacy kernel: (rows_per_program, num_warps)
+CFG_ARGMAX_CONFIGS = [(1, 1), (2, 1), (4, 1), (2, 2), (4, 2), (4, 4), (8, 4), (8, 8), (16, 8)]
+
+
+def bench_cfg_argmax(out_dir: Path) -> None:
+    """The scoring kernel at a B=128 6 s design step's shape ([128, 8·192, 1025] logits, bf16 as the reference
+    precision's head gives them, fp32 as ours): the legacy one-position kernel vs the tiled variant's configs.
+    equal: every kernel's tokens == cfg_argmax_ref's (fp32) and confidences within 1e-5; the mismatch counts
+    say by how much when not (near-ties can round either way)."""
+    from triton.testing import do_bench
+
+    from realtime_tts.engine import kernels
+
+    shape, mask_id = (128, 8 * 192, 1025), 1024
+    for dtype in (torch.bfloat16, torch.float32):
+        rec: dict[str, Any] = {"kind": "cfg_argmax", "shape": list(shape), "dtype": str(dtype).split(".")[-1]}
+        try:
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            c = (3 * torch.randn(*shape, device="cuda", generator=gen)).to(dtype)  # [B, 8·T, V]
+            u = (3 * torch.randn(*shape, device="cuda", generator=gen)).to(dtype)
+            c[:, ::50, mask_id] = 40.0  # MASK sometimes holds the max: it must never be chosen
+            guidance = torch.full((shape[0],), 2.0, device="cuda")
+            guidance[::16] = 0.0  # a few unguided items
+            ref_pred, ref_conf = kernels.cfg_argmax_ref(c, u, guidance, mask_id)
+            ref_fn = functools.partial(kernels.cfg_argmax_ref, c, u, guidance, mask_id)
+            rec["torch_ref_ms"] = round(do_bench(ref_fn, return_mode="median"), 4)
+            rec["min_traffic_gb"] = round(2 * c.numel() * c.element_size() / 1e9, 3)
+            runs = [("legacy", "legacy", 1, 4)]
+            runs += [(f"rows_r{r}w{w}", "rows", r, w) for r, w in CFG_ARGMAX_CONFIGS]
+            equal = True
+            for name, variant, rows, warps in runs:
+                fn = functools.partial(kernels.cfg_argmax, c, u, guidance, mask_id, variant=variant,
+                                       rows_per_program=rows, num_warps=warps)
+                pred, conf = fn()
+                bad_pred = int((pred != ref_pred).sum())
+                bad_conf = int((~torch.isclose(conf, ref_conf, atol=1e-5, rtol=1e-5)).sum())
+                rec[f"{name}_pred_mismatch"], rec[f"{name}_conf_mismatch"] = bad_pred, bad_conf
+                rec[f"{name}_conf_max_abs_err"] = float((conf - ref_conf).abs().max())
+                equal = equal and bad_pred == 0 and bad_conf == 0 and not bool((pred == mask_id).any())
+                rec[f"{name}_ms"] = round(do_bench(fn, return_mode="median"), 4)
+            rec["equal"] = equal
+            best = min((n for n, *_ in runs if n != "legacy"), key=lambda n: rec[f"{n}_ms"])
+            rec["best"], rec["best_ms"] = best, rec[f"{best}_ms"]
+            rec["best_speedup"] = round(rec["legacy_ms"] / rec["best_ms"], 2)
+            rec["best_gbps"] = round(rec["min_traffic_gb"] / rec["best_ms"] * 1e3, 1)
+        except Exception as e:  # noqa: BLE001 - keep the other kernel numbers
+            rec["err"] = repr(e)[:300]
+        emit(out_dir, rec)
+        torch.cuda.empty_cache()
+
+
 def bench_kernels(out_dir: Path) -> None:
     """Our varlen attention vs torch's flash varlen and SDPA with a block-diagonal mask, at bulk shapes."""
     from triton.testing import do_bench
@@ -96,6 +147,7 @@ def bench_kernels(out_dir: Path) -> None:
     from realtime_tts.engine import kernels
     from realtime_tts.model.attention import sdpa_block_diagonal
 
+    bench_cfg_argmax(out_dir)
     for num_items, cond in ((1, 182), (64, 182), (64, 307)):
         lens = [cond] * num_items + [150] * num_items
         n = sum(lens)

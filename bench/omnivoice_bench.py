@@ -319,7 +319,7 @@ def pick_attention(out_dir: Path) -> tuple[str, str, int]:
 
 
 def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
-    from realtime_tts.engine.kernels import use_fused_snake
+    from realtime_tts.engine.kernels import use_fused_codec, use_fused_snake
     from realtime_tts.engine.runner import StepRunner
     from realtime_tts.model import OmniVoiceModel, decoding
 
@@ -331,9 +331,11 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
                         attention_block=tuple(int(v) for v in args.attention_block.split(",")),  # type: ignore[arg-type]
                         attention_heads=args.attention_heads or None,
                         swiglu_gemm_min_tokens=args.swiglu_gemm_min_tokens)
-    # The bulk table decodes with the fused Snake kernel only under --fused-snake (set here either way, whatever
-    # StepRunner chose), so the table states which codec ran.
+    # The bulk table decodes with the fused Snake kernel only under --fused-snake, and with the fused decoder
+    # epilogues only under --fused-codec too (set here either way, whatever StepRunner chose), so the table
+    # states which codec ran.
     use_fused_snake(model.codec.model, enabled=args.fused_snake)
+    use_fused_codec(model.codec.model, enabled=args.fused_snake and args.fused_codec)
     emit(out_dir, {"kind": "load", "impl": "ours", "load_s": round(time.perf_counter() - t0, 2)})
     check_fused(model, runner, out_dir, args)
     for mode in args.modes.split(","):
@@ -566,8 +568,9 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              "them at dtype=bfloat16, scoring in fp32).", "",
              "xRT pipelined: several batches back to back with host prepare/pack overlapping the GPU (how a busy "
              "worker runs); xRT: one batch alone, everything serial.", "",
-             f"Codec in this table: {'fused Snake kernel' if args.fused_snake else 'stock transformers Snake1d'} "
-             "(--fused-snake / --no-fused-snake).", "",
+             f"Codec in this table: {'fused Snake kernel' if args.fused_snake else 'stock transformers Snake1d'}"
+             f"{' with the fused decoder epilogues' if args.fused_snake and args.fused_codec else ''} "
+             "(--fused-snake, --fused-codec).", "",
              f"Attention (--attention, --attention-block, --attention-heads): {args.attention}, block "
              f"{args.attention_block}, {args.attention_heads or 'GQA group'} q head(s) per program.", "",
              f"MLP gate/up + SwiGLU (--swiglu-gemm-min-tokens {args.swiglu_gemm_min_tokens}): "
@@ -629,6 +632,8 @@ def main() -> None:
                    help="steps of at least this many tokens fuse the MLP's gate/up GEMM and SwiGLU (0: never)")
     p.add_argument("--fused-snake", action=argparse.BooleanOptionalAction, default=True,
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
+    p.add_argument("--fused-codec", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --fused-snake, the decoder's conv bias and residual adds ride in the Snake passes")
     args = p.parse_args()
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Qwen3-0.6B, the OmniVoice backbone: hidden 1024, 16 q / 8 kv heads of 128, intermediate 3072
 PROJECTIONS = {"qkv": (4096, 1024), "o": (1024, 2048), "gate_up": (6144, 1024), "down": (1024, 3072)}
-SWIGLU_CONFIGS = ["128,128,64,8,3,8,1", "128,128,64,8,4,8,1", "128,128,64,8,3,8,0", "128,64,64,4,4,8,1",
-                  "128,64,64,8,4,8,1", "64,128,64,4,4,8,1", "256,64,64,8,3,8,1", "128,128,32,8,5,8,1",
-                  "128,64,128,8,3,8,1"]
-GEMM_CONFIGS = ["128,256,64,8,3,8,1", "128,128,64,8,4,8,1", "256,128,64,8,3,8,1", "128,128,64,4,4,8,1",
-                "64,256,64,4,4,8,1", "128,128,128,8,2,8,1", "128,256,64,8,3,8,0"]
+# block_n is per half: the tile's product is block_m × 2·block_n
+SWIGLU_CONFIGS = ["128,128,64,8,3,8,1", "128,128,64,8,4,8,1", "128,128,64,8,3,8,0", "128,128,64,8,3,16,1",
+                  "128,128,64,8,3,4,1", "128,64,64,8,4,8,1", "128,64,64,4,4,8,1", "256,64,64,8,3,8,1",
+                  "128,128,32,8,5,8,1", "64,128,64,4,4,8,1"]
+GEMM_CONFIGS = ["128,256,64,8,3,8,1", "128,256,64,8,4,8,1", "128,128,64,4,4,8,1", "128,256,64,8,3,16,1"]
 
 
 def timed(fn: Any) -> float:
@@ -41,7 +41,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def bench_projection(name: str, m: int, rows: list[dict[str, Any]]) -> None:
     from realtime_tts.engine.kernels import silu_mul
-    from realtime_tts.engine.kernels.gemm import GemmConfig, gemm, swiglu_gemm
+    from realtime_tts.engine.kernels.gemm import GemmConfig, gemm, interleave_gate_up, swiglu_gemm
 
     n, k = PROJECTIONS[name]
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -69,9 +69,10 @@ def bench_projection(name: str, m: int, rows: list[dict[str, Any]]) -> None:
         for spec in SWIGLU_CONFIGS:
             cfg = GemmConfig.parse(spec)
             try:
-                out = swiglu_gemm(x, w, config=cfg)
-                err = rel_err(out, act_ref)
-                row(f"swiglu_gemm {cfg.label()}", timed(lambda c=cfg: swiglu_gemm(x, w, config=c)), err)
+                tiles = interleave_gate_up(w, cfg.block_n)
+                err = rel_err(swiglu_gemm(x, tiles, inter, config=cfg), act_ref)
+                row(f"swiglu_gemm {cfg.label()}",
+                    timed(lambda c=cfg, t=tiles: swiglu_gemm(x, t, inter, config=c)), err)
             except Exception as e:  # noqa: BLE001 - a config out of shared memory: rank the rest
                 rows.append({"proj": name, "tokens": m, "variant": f"swiglu_gemm {cfg.label()}",
                              "error": repr(e)[:160]})

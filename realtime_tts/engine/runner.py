@@ -89,6 +89,9 @@ class FusedBackbone:
                 "gate_up": torch.cat([m.gate_proj.weight, m.up_proj.weight], 0).contiguous(),
                 "down": m.down_proj.weight,
             })
+        if swiglu_gemm_min_tokens > 0:  # swiglu_gemm's weight layout, beside the plain one the cuBLAS path reads
+            for w in self.layers:
+                w["gate_up_tiles"] = kernels.interleave_gate_up(w["gate_up"], kernels.SWIGLU_CONFIG.block_n)
         self.final_norm = llm.norm.weight
         self.text_table, self.audio_table = llm.embed_tokens.weight, model.audio_embeddings.weight
         self.audio_vocab = model.audio_vocab
@@ -134,7 +137,7 @@ class FusedBackbone:
             o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             if fused_mlp:
-                act = k.swiglu_gemm(x, w["gate_up"])  # [N, I]
+                act = k.swiglu_gemm(x, w["gate_up_tiles"], self.inter)  # [N, I]
             else:
                 gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
                 act = k.silu_mul(gate_up[:, :self.inter], gate_up[:, self.inter:])
@@ -203,7 +206,8 @@ class StepRunner:
     attention, attention_block, attention_heads: FusedBackbone's attention mode, tiles and q heads per program.
     swiglu_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up GEMM + SwiGLU as one Triton
     kernel (0: never; FusedBackbone).
-    fused_snake (CUDA): the codec's Snake activations through kernels/snake.py. capture_lock: held around every
+    fused_snake (CUDA): the codec's Snake activations through kernels/snake.py; with fused_codec, the decoder's
+    conv bias and residual adds inside those passes (kernels/dac_decoder.py). capture_lock: held around every
     step-graph capture (the worker's lock, shared with its decode thread).
     """
 
@@ -214,7 +218,7 @@ class StepRunner:
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
-                 swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True,
+                 swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True, fused_codec: bool = True,
                  capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
@@ -254,9 +258,11 @@ class StepRunner:
         if fused_snake and self.use_fused and cuda and model.codec is not None:
             # one Triton pass per Snake activation of the codec (kernels/snake.py); on CUDA only: under the CPU
             # interpreter a tiny decode would take seconds
-            from realtime_tts.engine.kernels import use_fused_snake
+            from realtime_tts.engine.kernels import use_fused_codec, use_fused_snake
 
             use_fused_snake(model.codec.model)
+            if fused_codec:  # the decoder's conv bias / residual adds folded into those Snake passes
+                use_fused_codec(model.codec.model)
         if codec_graph_frames > 0 and cuda:
             from realtime_tts.engine.codec_graphs import CodecGraphs
 

@@ -422,12 +422,22 @@ def test_swiglu_gemm_matches_matmuls_then_silu_mul(dtype: torch.dtype, config: k
     g = gen(11)
     x = torch.randn(m, k, generator=g).to(DEVICE, dtype)
     gate_up = (torch.randn(2 * inter, k, generator=g) / k ** 0.5).to(DEVICE, dtype)  # gate rows, then up rows
+    tiles = kernels.interleave_gate_up(gate_up, config.block_n)
     out = torch.full((m, inter), float("nan"), dtype=dtype, device=DEVICE)
-    kernels.swiglu_gemm(x, gate_up, out=out, config=config)
+    kernels.swiglu_gemm(x, tiles, inter, out=out, config=config)
     assert rel_err(out, kernels.swiglu_gemm_ref(x.double(), gate_up.double())) < tol(dtype)
     # the up half matters: swapping the halves changes the result
-    swapped = torch.cat([gate_up[inter:], gate_up[:inter]])
-    assert rel_err(kernels.swiglu_gemm(x, swapped, config=config), out.double()) > 10 * tol(dtype)
+    swapped = kernels.interleave_gate_up(torch.cat([gate_up[inter:], gate_up[:inter]]), config.block_n)
+    assert rel_err(kernels.swiglu_gemm(x, swapped, inter, config=config), out.double()) > 10 * tol(dtype)
+
+
+def test_interleave_gate_up_bands_gate_then_up_rows() -> None:
+    gate_up = torch.arange(10 * 2, dtype=torch.float32).view(10, 2)  # inter 5: gate rows 0-4, up rows 5-9
+    tiles = kernels.interleave_gate_up(gate_up, 4)  # bands of 4: [g0-3, u0-3], [g4, 0, 0, 0, u4, 0, 0, 0]
+    assert tiles.shape == (16, 2)
+    assert torch.equal(tiles[:4], gate_up[:4]) and torch.equal(tiles[4:8], gate_up[5:9])
+    assert torch.equal(tiles[8], gate_up[4]) and torch.equal(tiles[12], gate_up[9])
+    assert not tiles[9:12].any() and not tiles[13:].any()
 
 
 @pytest.mark.parametrize("dtype", GEMM_DTYPES)
@@ -454,6 +464,6 @@ def test_swiglu_gemm_at_omnivoice_size_on_gpu() -> None:
     g = gen(13)
     x = torch.randn(4000, 1024, generator=g).to("cuda", torch.bfloat16)
     gate_up = (torch.randn(6144, 1024, generator=g) / 32).to("cuda", torch.bfloat16)
-    out = kernels.swiglu_gemm(x, gate_up)
+    out = kernels.swiglu_gemm(x, kernels.interleave_gate_up(gate_up, kernels.SWIGLU_CONFIG.block_n), 3072)
     gu = torch.matmul(x, gate_up.t())
     assert rel_err(out, kernels.silu_mul(gu[:, :3072], gu[:, 3072:])) < 1e-2

@@ -14,8 +14,16 @@ from realtime_tts.engine.kernels.attention import (
     varlen_attention_ref,
     varlen_attention_rope,
 )
+from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
 from realtime_tts.engine.kernels.embed import embed, embed_ref
-from realtime_tts.engine.kernels.gemm import GemmConfig, gemm, swiglu_gemm, swiglu_gemm_ref
+from realtime_tts.engine.kernels.gemm import (
+    SWIGLU_CONFIG,
+    GemmConfig,
+    gemm,
+    interleave_gate_up,
+    swiglu_gemm,
+    swiglu_gemm_ref,
+)
 from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
 from realtime_tts.engine.kernels.rope import head_norm_rope, qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
 from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
@@ -24,16 +32,20 @@ from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 
 __all__ = [
     "ATTENTION_MODES",
+    "SWIGLU_CONFIG",
     "GemmConfig",
     "add_rms_norm",
     "add_rms_norm_ref",
     "attention_tiles",
     "cfg_argmax",
     "cfg_argmax_ref",
+    "conv_epilogue",
+    "conv_epilogue_ref",
     "embed",
     "embed_ref",
     "gemm",
     "head_norm_rope",
+    "interleave_gate_up",
     "max_attention_tiles",
     "norm_rope_attention",
     "qk_norm_rope",
@@ -47,6 +59,7 @@ __all__ = [
     "snake_ref",
     "swiglu_gemm",
     "swiglu_gemm_ref",
+    "use_fused_codec",
     "use_fused_snake",
     "varlen_attention",
     "varlen_attention_gqa",

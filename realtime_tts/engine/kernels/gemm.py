@@ -18,9 +18,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 @dataclass(frozen=True, slots=True)
 class GemmConfig:
-    """Tile of one program (block_n: output columns; the SwiGLU kernel reads 2·block_n weight rows per tile),
+    """Output tile of one program (block_m × block_n; the SwiGLU kernel reads 2·block_n weight rows per tile),
     the K step, warps, pipeline stages, the M-tiles walked per column band (L2 reuse of weight tiles), and
-    programs = SM count × waves (persistent grid; 0: one program per tile)."""
+    persistent: one program per SM, each walking tiles SM-count apart (False: one program per tile)."""
     block_m: int = 128
     block_n: int = 128
     block_k: int = 64
@@ -61,42 +61,43 @@ def _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
-def _swiglu_tile(x_desc, wg_desc, wu_desc, out_desc, tile, num_pid_m, num_pid_n, K: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def _swiglu_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
     dt = out_desc.dtype
-    acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    # one [BLOCK_M, 2·BLOCK_N] product per tile: the weight rows of output band j are gate rows then up rows
+    # (interleave_gate_up), so a single wide dot feeds both halves
+    acc = tl.zeros([BLOCK_M, 2 * BLOCK_N], dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
-        a = x_desc.load([off_m, k])  # [BLOCK_M, BLOCK_K]
-        acc_g = tl.dot(a, wg_desc.load([off_n, k]).T, acc_g)
-        acc_u = tl.dot(a, wu_desc.load([off_n, k]).T, acc_u)
-    g = acc_g.to(dt).to(tl.float32)
-    u = acc_u.to(dt).to(tl.float32)
+        acc = tl.dot(x_desc.load([off_m, k]), w_desc.load([2 * off_n, k]).T, acc)
+    g, u = tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N]), (0, 2, 1)))  # 2 × [BLOCK_M, BLOCK_N]
+    g = g.to(dt).to(tl.float32)
+    u = u.to(dt).to(tl.float32)
     act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
     out_desc.store([off_m, off_n], (act * u).to(dt))
 
 
 @triton.jit
-def _swiglu_gemm_kernel(x_desc, wg_desc, wu_desc, out_desc, M, N: tl.constexpr, K: tl.constexpr,
+def _swiglu_gemm_kernel(x_desc, w_desc, out_desc, M, N: tl.constexpr, K: tl.constexpr,
                         NUM_PROGRAMS: tl.constexpr, STATIC_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """out[M, N] = silu(x @ wg.T) * (x @ wu.T), each product rounded to out's dtype first (the eager layers'
-    roundings: gate and up come out of their matmuls in the activation dtype, silu is rounded before the
-    product). Tiles past M or N read zeros and are clipped on store by the descriptors. STATIC_TILES: the
-    tile count as a constant, for Triton's interpreter (its loops need Python bounds); 0 on the GPU."""
+    """out[M, N] = silu(x @ gate.T) * (x @ up.T) from the interleaved weight, each product rounded to out's
+    dtype first (the eager layers' roundings: gate and up come out of their matmuls in the activation dtype,
+    silu is rounded before the product). Tiles past M or N read zeros and are clipped on store by the
+    descriptors. STATIC_TILES: the tile count as a constant, for Triton's interpreter (its loops need Python
+    bounds); 0 on the GPU."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     if STATIC_TILES == 0:
         for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=True):
-            _swiglu_tile(x_desc, wg_desc, wu_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N,
-                         BLOCK_K, GROUP_M)
+            _swiglu_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                         GROUP_M)
     else:
         for first in range(0, STATIC_TILES, NUM_PROGRAMS):
             tile = first + tl.program_id(0)
             if tile < STATIC_TILES:
-                _swiglu_tile(x_desc, wg_desc, wu_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M,
-                             BLOCK_N, BLOCK_K, GROUP_M)
+                _swiglu_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                             GROUP_M)
 
 
 @triton.jit
@@ -156,28 +157,40 @@ def _check(x: torch.Tensor, w: torch.Tensor) -> None:
     assert x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
 
 
-def swiglu_gemm(x: torch.Tensor, gate_up: torch.Tensor, out: torch.Tensor | None = None,
+def interleave_gate_up(gate_up: torch.Tensor, block_n: int) -> torch.Tensor:
+    """gate_up [2I, K] (gate rows, then up rows) → [2·I', K] for swiglu_gemm with this block_n: band j holds
+    gate rows j·block_n.. then the matching up rows; I' = I rounded up to block_n (zero rows pad the last band,
+    their outputs are clipped)."""
+    inter, k = gate_up.shape[0] // 2, gate_up.shape[1]
+    bands = -(-inter // block_n)
+    out = torch.zeros(bands, 2, block_n, k, dtype=gate_up.dtype, device=gate_up.device)  # [bands, 2, BN, K]
+    padded = torch.zeros(2, bands * block_n, k, dtype=gate_up.dtype, device=gate_up.device)
+    padded[:, :inter] = gate_up.view(2, inter, k)
+    out.copy_(padded.view(2, bands, block_n, k).transpose(0, 1))
+    return out.view(bands * 2 * block_n, k)
+
+
+def swiglu_gemm(x: torch.Tensor, w_tiles: torch.Tensor, inter: int, out: torch.Tensor | None = None,
                 config: GemmConfig = SWIGLU_CONFIG) -> torch.Tensor:
-    """x [M, K] @ gate_up [2I, K].T (gate rows first, then up rows, as FusedBackbone concatenates them) →
-    silu(gate) * up [M, I] in x's dtype, with no [M, 2I] intermediate. No host syncs (graph-capturable)."""
-    _check(x, gate_up)
+    """x [M, K] and w_tiles = interleave_gate_up(gate_up, config.block_n) → silu(x @ gate.T) * (x @ up.T)
+    [M, inter] in x's dtype, with no [M, 2I] intermediate. No host syncs (graph-capturable)."""
+    _check(x, w_tiles)
     m, k = x.shape
-    inter = gate_up.shape[0] // 2
-    gate, up = gate_up[:inter], gate_up[inter:]
-    assert up.data_ptr() % 16 == 0, "the up half of gate_up must start 16-byte aligned"
+    c = config
+    assert w_tiles.shape[0] == 2 * c.block_n * triton.cdiv(inter, c.block_n), "w_tiles: interleave_gate_up " \
+        "with this config's block_n"
     out = torch.empty(m, inter, dtype=x.dtype, device=x.device) if out is None else out
     if m == 0:
         return out
-    c = config
     x_desc = TensorDescriptor.from_tensor(x, [c.block_m, c.block_k])
-    wg_desc = TensorDescriptor.from_tensor(gate, [c.block_n, c.block_k])
-    wu_desc = TensorDescriptor.from_tensor(up, [c.block_n, c.block_k])
+    w_desc = TensorDescriptor.from_tensor(w_tiles, [2 * c.block_n, c.block_k])
     out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
     num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(inter, c.block_n)
     programs = _programs(num_tiles, x.device, c.persistent)
-    _swiglu_gemm_kernel[(programs,)](x_desc, wg_desc, wu_desc, out_desc, m, inter, k, NUM_PROGRAMS=programs,
-                                     STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
-                                     num_warps=c.num_warps, num_stages=c.num_stages)
+    _swiglu_gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, inter, k, NUM_PROGRAMS=programs,
+                                     STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                                     BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.num_warps,
+                                     num_stages=c.num_stages)
     return out
 
 

@@ -3,14 +3,18 @@ the cond/uncond log-softmaxes, a second log-softmax, MASK excluded, argmax token
 
 Reads the audio head's logits in their own dtype (fp32, or bf16 as the reference's head gives them) and computes
 in fp32, as the reference does after `.logits.to(torch.float32)`, so the [B, 8, T, 1025] fp32 intermediates of
-the plain version never touch memory. Argmax ties resolve to the lowest id, as torch's do. Two kernels: "rows" (default) holds several positions per
-program as a [ROWS, 2^k] tile with the vocab's last column peeled off as a per-row scalar (1025 = 1024 + 1);
-"legacy", the first version, one position per program over next_power_of_2(V) lanes, kept for the bench.
+the plain version never touch memory. Argmax ties resolve to the lowest id, as torch's do.
+
+Two kernels: "rows" (the default) holds a few positions per program as a [ROWS, 2^k] tile with the vocab's last
+column peeled off as a per-row scalar (1025 = 1024 + 1); "legacy", one position per program over
+next_power_of_2(V) lanes (half of them masked at V = 1025), is kept so the bench can time both.
 """
 # @triton.jit kernels are untyped by nature:
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -44,26 +48,48 @@ def _cfg_argmax_kernel(c_ptr, u_ptr, g_ptr, pred_ptr, conf_ptr, stride_c, stride
     tl.store(pred_ptr + row, pred.to(tl.int64))
 
 
+# Triton's interpreter runs no inline PTX: there exp is tl.exp (numpy's).
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_LOG2E = tl.constexpr(1.4426950408889634)
+
+
 @triton.jit
-def _log_softmax_rows(x, x_last, cols_ok, EVEN: tl.constexpr):
+def _exp(x, FTZ: tl.constexpr):
+    # tl.exp is ex2.approx.f32 on x·log2(e), which ptxas wraps in a subnormal range check and two rescales (3 of
+    # the ~7 instructions per exp); the .ftz form skips them. It differs only where exp(x) < 2^-126, terms that
+    # vanish in a sum whose largest term is 1.
+    if FTZ:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * _LOG2E], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def _log_softmax_rows(x, x_last, cols_ok, EVEN: tl.constexpr, FTZ: tl.constexpr):
     """log_softmax of each row of a [ROWS, MAIN] tile plus its peeled last column x_last [ROWS], in torch's
     rounding order ((x - max) - log(sum)) → ([ROWS, MAIN], [ROWS]). Columns outside cols_ok are ignored (their
     outputs are garbage); EVEN: the tile has none."""
     if EVEN:
         mx = tl.maximum(tl.max(x, axis=1), x_last)  # [ROWS]
-        s = tl.sum(tl.exp(x - mx[:, None]), axis=1)
+        shifted = x - mx[:, None]  # [ROWS, MAIN]
+        s = tl.sum(_exp(shifted, FTZ), axis=1)
     else:
         mx = tl.maximum(tl.max(tl.where(cols_ok, x, float("-inf")), axis=1), x_last)
-        s = tl.sum(tl.where(cols_ok, tl.exp(x - mx[:, None]), 0.0), axis=1)
-    log_s = tl.log(s + tl.exp(x_last - mx))
-    return (x - mx[:, None]) - log_s[:, None], (x_last - mx) - log_s
+        shifted = x - mx[:, None]
+        s = tl.sum(tl.where(cols_ok, _exp(shifted, FTZ), 0.0), axis=1)
+    shifted_last = x_last - mx
+    log_s = tl.log(s + _exp(shifted_last, FTZ))
+    return shifted - log_s[:, None], shifted_last - log_s
 
 
 @triton.jit
 def _cfg_argmax_rows_kernel(c_ptr, u_ptr, g_ptr, pred_ptr, conf_ptr, num_rows, stride_c, stride_u, rows_per_item,
-                            mask_id, LAST: tl.constexpr, MAIN: tl.constexpr, ROWS: tl.constexpr):
+                            mask_id, LAST: tl.constexpr, MAIN: tl.constexpr, ROWS: tl.constexpr,
+                            MASK_IS_LAST: tl.constexpr, FTZ: tl.constexpr):
     # ROWS positions per program; columns [0, LAST) in the tile (MAIN = next_power_of_2(LAST) lanes) and column
-    # LAST = V - 1 as one scalar per row: V = 1025 needs 1024 lanes, not 2048 of which half are masked.
+    # LAST = V - 1 as one scalar per row: V = 1025 needs 1024 lanes, not 2048 of which half are masked. With
+    # MASK_IS_LAST (OmniVoice's MASK is id 1024) the tile has no column to exclude from the argmax.
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # [ROWS]
     row_ok = rows < num_rows
     rows = tl.minimum(rows, num_rows - 1)  # a short last program recomputes the last row: loads stay unmasked
@@ -81,20 +107,27 @@ def _cfg_argmax_rows_kernel(c_ptr, u_ptr, g_ptr, pred_ptr, conf_ptr, num_rows, s
     c_last = tl.load(c_row + LAST).to(tl.float32)  # [ROWS]
     u_last = tl.load(u_row + LAST).to(tl.float32)
     g = tl.load(g_ptr + rows // rows_per_item)  # [ROWS]
-    c_ls, c_ls_last = _log_softmax_rows(c, c_last, cols_ok, EVEN)
-    u_ls, u_ls_last = _log_softmax_rows(u, u_last, cols_ok, EVEN)
+    c_ls, c_ls_last = _log_softmax_rows(c, c_last, cols_ok, EVEN, FTZ)
+    u_ls, u_ls_last = _log_softmax_rows(u, u_last, cols_ok, EVEN, FTZ)
     z = c_ls + g[:, None] * (c_ls - u_ls)
     z_last = c_ls_last + g * (c_ls_last - u_ls_last)
-    z_ls, z_ls_last = _log_softmax_rows(z, z_last, cols_ok, EVEN)
+    z_ls, z_ls_last = _log_softmax_rows(z, z_last, cols_ok, EVEN, FTZ)
     lp = tl.where(g[:, None] != 0, z_ls, c_ls)
-    lp = tl.where(cols_ok & (cols != mask_id), lp, float("-inf"))
+    if MASK_IS_LAST:
+        if not EVEN:
+            lp = tl.where(cols_ok, lp, float("-inf"))
+    else:
+        lp = tl.where(cols_ok & (cols != mask_id), lp, float("-inf"))
     lp_last = tl.where(g != 0, z_ls_last, c_ls_last)
+    # argmax as a max then the lowest column holding it: fewer instructions than tl.argmax's (value, index)
+    # pairs, the same answer (ties to the lowest id)
     conf = tl.max(lp, axis=1)  # [ROWS]
-    pred = tl.argmax(lp, axis=1, tie_break_left=True).to(tl.int64)
-    # the peeled column has the highest id: it wins only when strictly greater (ties go to the lowest id)
-    take_last = (lp_last > conf) & (mask_id != LAST)
-    pred = tl.where(take_last, LAST, pred)
-    conf = tl.where(take_last, lp_last, conf)
+    pred = tl.min(tl.where(lp == conf[:, None], cols, LAST), axis=1).to(tl.int64)  # LAST: in range if NaN
+    # the peeled column has the highest id: it wins only when strictly greater
+    if not MASK_IS_LAST:
+        take_last = lp_last > conf
+        pred = tl.where(take_last, LAST, pred)
+        conf = tl.where(take_last, lp_last, conf)
     tl.store(conf_ptr + rows, conf, mask=row_ok)
     tl.store(pred_ptr + rows, pred, mask=row_ok)
 
@@ -128,7 +161,8 @@ def cfg_argmax(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.T
     last = vocab - 1
     _cfg_argmax_rows_kernel[(triton.cdiv(num_rows, rows_per_program),)](
         c2, u2, guidance, pred, conf, num_rows, c2.stride(0), u2.stride(0), per_item, mask_id,
-        LAST=last, MAIN=triton.next_power_of_2(max(last, 1)), ROWS=rows_per_program, num_warps=num_warps)
+        LAST=last, MAIN=triton.next_power_of_2(max(last, 1)), ROWS=rows_per_program, MASK_IS_LAST=mask_id == last,
+        FTZ=not _INTERPRET, num_warps=num_warps)
     return pred, conf
 
 

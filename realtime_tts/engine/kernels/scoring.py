@@ -136,12 +136,16 @@ CFG_ARGMAX_VARIANTS = ("rows", "legacy")
 
 
 def cfg_argmax(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.Tensor, mask_id: int, *,
-               variant: str = "rows", rows_per_program: int = 2, num_warps: int = 1
+               variant: str = "rows", rows_per_program: int = 1, num_warps: int = 1
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """c_logits, u_logits [B, R, V] (R positions per item, e.g. T·8), guidance [B] fp32
     → (pred [B, R] int64, conf [B, R] fp32). variant "rows": rows_per_program positions per program of
     num_warps warps (one warp holds whole rows only when num_warps == 1: Triton spreads warps along the columns
-    first); "legacy": the one-position kernel (num_warps=4, rows_per_program ignored)."""
+    first, and rows spanning warps reduce through shared memory and barriers); "legacy": the one-position
+    kernel (num_warps=4, rows_per_program ignored). The default, one row per one-warp program, is the fewest
+    instructions per row without spills by ptxas for sm_90 (1328 bf16, 1248 fp32: 128 / 96 registers); two rows
+    per warp save 6% of them but take ~240 registers, half the resident warps. Chosen without a GPU: the
+    bench (bench_cfg_argmax) times them all."""
     num_b, per_item, vocab = c_logits.shape
     assert u_logits.shape == c_logits.shape and c_logits.stride(2) == 1 and u_logits.stride(2) == 1
     if variant not in CFG_ARGMAX_VARIANTS:

@@ -147,7 +147,8 @@ for dtype, last, mask_is_last, rows, warps in json.loads(sys.argv[1]):
     ptr = {"c_ptr": dtype, "u_ptr": dtype, "g_ptr": "*fp32", "pred_ptr": "*i64", "conf_ptr": "*fp32"}
     sig = {n: "constexpr" if n.isupper() else ptr.get(n, "i32") for n in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n.endswith("_ptr")}
-    consts = {"LAST": last, "MAIN": triton.next_power_of_2(last), "ROWS": rows, "MASK_IS_LAST": mask_is_last,
+    main = triton.next_power_of_2(last)
+    consts = {"LAST": last, "MAIN": main, "LANES": min(main, 32), "ROWS": rows, "MASK_IS_LAST": mask_is_last,
               "FTZ": True}
     k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})

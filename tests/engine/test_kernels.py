@@ -451,6 +451,25 @@ def test_gemm_matches_matmul(dtype: torch.dtype, config: kernels.GemmConfig) -> 
     assert rel_err(out, x.double() @ w.double().t()) < tol(dtype)
 
 
+@pytest.mark.parametrize("dtype", GEMM_DTYPES)
+@pytest.mark.parametrize("residual_dtype", [torch.float32, None])
+def test_gemm_adds_the_residual_in_place_with_the_eager_roundings(dtype: torch.dtype,
+                                                                  residual_dtype: torch.dtype | None) -> None:
+    g = gen(14)
+    residual_dtype = residual_dtype or dtype
+    x = torch.randn(77, 64, generator=g).to(DEVICE, dtype)
+    w = torch.randn(40, 64, generator=g).to(DEVICE, dtype)
+    residual = (4 * torch.randn(77, 40, generator=g)).to(DEVICE, residual_dtype)
+    before = residual.clone()
+    out = kernels.gemm(x, w, out=residual, residual=residual, config=GEMM_CONFIGS[0])
+    assert out.data_ptr() == residual.data_ptr()
+    # eager: the projection rounded to x's dtype, then added in the residual's dtype (add_rms_norm_ref's sum)
+    ref = kernels.add_rms_norm_ref(torch.matmul(x.double(), w.double().t()).to(dtype).to(residual_dtype), before,
+                                   torch.ones(40, dtype=residual_dtype, device=DEVICE), 1e-6)[1]
+    assert rel_err(residual, ref.double()) < tol(dtype)
+    assert rel_err(residual, before.double()) > 10 * tol(dtype)
+
+
 def test_gemm_config_parses_the_bench_spelling() -> None:
     cfg = kernels.GemmConfig.parse("128,64,32,4,3,8,0")
     assert cfg == kernels.GemmConfig(128, 64, 32, 4, 3, 8, False)

@@ -89,7 +89,9 @@ def _log_softmax_rows(x, x_last, cols_ok, EVEN: tl.constexpr, FTZ: tl.constexpr)
     return shifted - log_s[:, None, None], shifted_last - log_s
 
 
-@triton.jit
+# Batch sizes and lengths are not specialised on (16-divisibility buys this kernel nothing), so a new
+# (B, Tmax) does not compile a new variant in the middle of serving.
+@triton.jit(do_not_specialize=["num_rows", "rows_per_item", "mask_id"])
 def _cfg_argmax_rows_kernel(c_ptr, u_ptr, g_ptr, pred_ptr, conf_ptr, num_rows, stride_c, stride_u, rows_per_item,
                             mask_id, LAST: tl.constexpr, MAIN: tl.constexpr, LANES: tl.constexpr,
                             ROWS: tl.constexpr, MASK_IS_LAST: tl.constexpr, FTZ: tl.constexpr):

@@ -5,9 +5,10 @@ Reads the audio head's logits in their own dtype (fp32, or bf16 as the reference
 in fp32, as the reference does after `.logits.to(torch.float32)`, so the [B, 8, T, 1025] fp32 intermediates of
 the plain version never touch memory. Argmax ties resolve to the lowest id, as torch's do.
 
-Two kernels: "rows" (the default) holds a few positions per program as a [ROWS, 2^k] tile with the vocab's last
-column peeled off as a per-row scalar (1025 = 1024 + 1); "legacy", one position per program over
-next_power_of_2(V) lanes (half of them masked at V = 1025), is kept so the bench can time both.
+Two kernels: "rows" (the default) holds a few positions per program as a [ROWS, 2^k] tile (laid out
+[ROWS, 2^k / 32, 32]) with the vocab's last column peeled off as a per-row scalar (1025 = 1024 + 1); "legacy",
+one position per program over next_power_of_2(V) lanes (half of them masked at V = 1025), is kept so the bench
+can time both.
 """
 # @triton.jit kernels are untyped by nature:
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"
@@ -56,7 +57,7 @@ _LOG2E = tl.constexpr(1.4426950408889634)
 @triton.jit
 def _exp(x, FTZ: tl.constexpr):
     # tl.exp is ex2.approx.f32 on x·log2(e), which ptxas wraps in a subnormal range check and two rescales (3 of
-    # the ~7 instructions per exp); the .ftz form skips them. It differs only where exp(x) < 2^-126, terms that
+    # its 5 SASS instructions per exp); the .ftz form skips them. It differs only where exp(x) < 2^-126, terms that
     # vanish in a sum whose largest term is 1.
     if FTZ:
         return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * _LOG2E], dtype=tl.float32,

@@ -486,3 +486,59 @@ def test_swiglu_gemm_at_omnivoice_size_on_gpu() -> None:
     out = kernels.swiglu_gemm(x, kernels.interleave_gate_up(gate_up, kernels.SWIGLU_CONFIG.block_n), 3072)
     gu = torch.matmul(x, gate_up.t())
     assert rel_err(out, kernels.silu_mul(gu[:, :3072], gu[:, 3072:])) < 1e-2
+
+
+_SM90_GEMM_COMPILE = r"""
+import importlib, json, os, re, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+gemm = importlib.import_module("realtime_tts.engine.kernels.gemm")
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def build(fn, descs, extra, consts, c):
+    sig = {name: f"tensordesc<bf16[{rows}, {cols}]>" for name, (rows, cols) in descs.items()} | extra
+    sig |= {n: "constexpr" for n in fn.arg_names if n not in sig}
+    consts |= {"NUM_PROGRAMS": 132, "STATIC_TILES": 0, "BLOCK_M": c.block_m, "BLOCK_N": c.block_n,
+               "BLOCK_K": c.block_k, "GROUP_M": c.group_m}
+    # pointers and strides 16-divisible, as the launches' arguments are specialised
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in ("res_ptr", "stride_res")}
+    k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, attrs),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": c.num_warps, "num_stages": c.num_stages})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+    return {"shared": k.metadata.shared, "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
+            "wgmma": k.asm["ptx"].count("wgmma.mma_async")}
+
+
+out = {}
+for name, c, has_res in (("gemm", gemm.GEMM_CONFIG, False), ("gemm+residual", gemm.RESIDUAL_CONFIG, True)):
+    descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
+    out[name] = build(gemm._gemm_kernel, descs, {"res_ptr": "*bf16", "stride_res": "i32", "M": "i32"},
+                      {"N": 1024, "K": 3072, "HAS_RES": has_res}, c)
+c = gemm.SWIGLU_CONFIG
+descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (2 * c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
+out["swiglu"] = build(gemm._swiglu_gemm_kernel, descs, {"M": "i32"}, {"N": 3072, "K": 1024}, c)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_gemm_kernels_compile_for_sm90_within_shared_memory() -> None:
+    """The default GEMM configs at the backbone's shapes, compiled for sm_90 here (no GPU needed): within the
+    H100/H200 227 KB of shared memory per block (a launch over it fails only on the device), wgmma, no spills."""
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(cuobjdump):
+        pytest.skip("this Triton wheel carries no NVIDIA toolchain")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _SM90_GEMM_COMPILE], check=False, capture_output=True, text=True,
+                          env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    usage = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(usage) == {"gemm", "gemm+residual", "swiglu"}
+    for name, u in usage.items():
+        assert u["shared"] <= 232448, f"{name} needs {u['shared']} bytes of shared memory"
+        assert u["stack"] == 0 and u["wgmma"] > 0, f"{name}: {u}"

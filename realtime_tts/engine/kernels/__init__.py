@@ -17,6 +17,8 @@ from realtime_tts.engine.kernels.attention import (
 from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
 from realtime_tts.engine.kernels.embed import embed, embed_ref
 from realtime_tts.engine.kernels.gemm import (
+    GEMM_CONFIG,
+    RESIDUAL_CONFIG,
     SWIGLU_CONFIG,
     GemmConfig,
     gemm,
@@ -32,6 +34,8 @@ from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 
 __all__ = [
     "ATTENTION_MODES",
+    "GEMM_CONFIG",
+    "RESIDUAL_CONFIG",
     "SWIGLU_CONFIG",
     "GemmConfig",
     "add_rms_norm",

@@ -188,12 +188,19 @@ def cfg_argmax(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.T
     return pred, conf
 
 
-def cfg_argmax_ref(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.Tensor,
-                   mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """decoding.score's op sequence: logits [B, ..., V] → (argmax [B, ...], max log-prob [B, ...])."""
-    c = torch.log_softmax(c_logits.float(), dim=-1)
-    u = torch.log_softmax(u_logits.float(), dim=-1)
+def cfg_log_probs_ref(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.Tensor, mask_id: int,
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """decoding.score's log-probs, computed in dtype: logits [B, ..., V] → [B, ..., V], MASK at -inf."""
+    c = torch.log_softmax(c_logits.to(dtype), dim=-1)
+    u = torch.log_softmax(u_logits.to(dtype), dim=-1)
     g = guidance.view(-1, *[1] * (c.dim() - 1))  # [B, 1, ..., 1]: any number of position dims
     lp = torch.where(g != 0, torch.log_softmax(c + g * (c - u), dim=-1), c)
     lp[..., mask_id] = float("-inf")
+    return lp
+
+
+def cfg_argmax_ref(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.Tensor,
+                   mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """decoding.score's op sequence: logits [B, ..., V] → (argmax [B, ...], max log-prob [B, ...])."""
+    lp = cfg_log_probs_ref(c_logits, u_logits, guidance, mask_id)
     return lp.argmax(dim=-1), lp.max(dim=-1).values

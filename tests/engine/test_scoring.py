@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 triton = pytest.importorskip("triton")
 
 from realtime_tts.engine import kernels
+from realtime_tts.engine.kernels.scoring import cfg_log_probs_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -34,18 +35,23 @@ def logits(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> to
 
 def check(c: torch.Tensor, u: torch.Tensor, guidance: torch.Tensor, mask_id: int, variant: str, rows: int,
           warps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel equals the reference on the same logits: the same tokens, the confidences to fp32 rounding
-    (the fp32 reference and a float64 one both; reduction orders differ)."""
+    """The kernel equals the reference on the same logits: confidences to fp32 rounding, and the fp32
+    reference's tokens except where float64 says the two tokens tie (bf16 logits give exact ties, which fp32
+    rounding of the normalisers breaks either way: ~4 in 10^4 positions at V = 1025, for the legacy kernel as
+    for this one); every token is a float64 maximiser either way."""
     pred, conf = kernels.cfg_argmax(c, u, guidance, mask_id, variant=variant, rows_per_program=rows,
                                     num_warps=warps)
     ref_pred, ref_conf = kernels.cfg_argmax_ref(c, u, guidance, mask_id)
-    ref64_pred, ref64_conf = kernels.cfg_argmax_ref(c.double(), u.double(), guidance.double(), mask_id)
+    lp64 = cfg_log_probs_ref(c, u, guidance.double(), mask_id, torch.float64)  # [B, R, V]
     assert pred.dtype == torch.long and conf.dtype == torch.float32
-    assert torch.equal(pred, ref_pred)
-    assert torch.equal(pred, ref64_pred)
-    torch.testing.assert_close(conf, ref_conf, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(conf.double(), ref64_conf, atol=5e-5, rtol=1e-5)
     assert not (pred == mask_id).any(), "MASK is never chosen"
+    torch.testing.assert_close(conf, ref_conf, atol=1e-5, rtol=1e-5)
+    best64 = lp64.max(dim=-1).values
+    torch.testing.assert_close(conf.double(), best64, atol=5e-5, rtol=1e-5)
+    ours, theirs = lp64.gather(-1, pred[..., None])[..., 0], lp64.gather(-1, ref_pred[..., None])[..., 0]
+    differ = pred != ref_pred
+    assert ((ours - theirs).abs()[differ] < 1e-9).all(), "a token differs from the reference's without a tie"
+    assert (ours > best64 - 1e-9).all(), "a token is not the argmax"
     return pred, conf
 
 

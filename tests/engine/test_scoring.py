@@ -117,10 +117,12 @@ def test_cfg_argmax_strided_logits_and_empty(config: tuple[str, int, int]) -> No
     assert pred.shape == (2, 0) and conf.shape == (2, 0)
 
 
-def test_cfg_argmax_rejects_an_unknown_variant() -> None:
+def test_cfg_argmax_rejects_bad_options() -> None:
     x = torch.zeros(1, 1, 5, device=DEVICE)
     with pytest.raises(ValueError, match="variant"):
         kernels.cfg_argmax(x, x, torch.ones(1, device=DEVICE), 4, variant="fast")
+    with pytest.raises(ValueError, match="rows_per_program"):
+        kernels.cfg_argmax(x, x, torch.ones(1, device=DEVICE), 4, rows_per_program=3)
 
 
 @settings(max_examples=25, deadline=None)

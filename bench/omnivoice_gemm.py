@@ -27,7 +27,6 @@ SWIGLU_CONFIGS = ["128,128,64,8,3,8,1", "128,128,64,8,4,8,1", "128,128,64,8,3,8,
                   "128,128,64,8,3,4,1", "128,64,64,8,4,8,1", "128,64,64,4,4,8,1", "256,64,64,8,3,8,1",
                   "128,128,32,8,5,8,1", "64,128,64,4,4,8,1"]
 GEMM_CONFIGS = ["128,256,64,8,3,8,1", "128,256,64,8,4,8,1", "128,128,64,4,4,8,1", "128,256,64,8,3,16,1"]
-RESIDUAL_CONFIGS = ["128,256,64,8,2,8,1", "128,128,64,8,4,8,1", "128,128,64,4,4,8,1", "128,128,64,8,3,8,1"]
 
 
 def timed(fn: Any) -> float:
@@ -85,39 +84,6 @@ def bench_projection(name: str, m: int, rows: list[dict[str, Any]]) -> None:
             row(f"triton {cfg.label()}", timed(lambda c=cfg: gemm(x, w, config=c)), err)
         except Exception as e:  # noqa: BLE001
             rows.append({"proj": name, "tokens": m, "variant": f"triton {cfg.label()}", "error": repr(e)[:160]})
-    if name in ("o", "down"):  # what FusedBackbone runs after them: the residual add + RMSNorm
-        bench_residual(name, x, w, rows, row)
-
-
-def bench_residual(name: str, x: torch.Tensor, w: torch.Tensor, rows: list[dict[str, Any]], row: Any) -> None:
-    """cuBLAS + add_rms_norm vs the Triton GEMM with the residual add in its epilogue + rms_norm (in place on
-    one residual buffer, as the backbone runs them; the values drift over the repetitions, the times do not)."""
-    from realtime_tts.engine.kernels import add_rms_norm, rms_norm
-    from realtime_tts.engine.kernels.gemm import GemmConfig, gemm
-
-    m, n = x.shape[0], w.shape[0]
-    residual = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    norm_w = torch.ones(n, device="cuda", dtype=torch.bfloat16)
-    normed = torch.empty_like(residual)
-    start = residual.clone()
-    ref_res = start.clone()
-    add_rms_norm(torch.matmul(x, w.t()), ref_res, norm_w, 1e-6, out=normed)
-    row("cublas+add_rms_norm", timed(lambda: add_rms_norm(torch.matmul(x, w.t()), residual, norm_w, 1e-6,
-                                                          out=normed)))
-    for spec in RESIDUAL_CONFIGS:
-        cfg = GemmConfig.parse(spec)
-        label = f"triton+residual+rms_norm {cfg.label()}"
-
-        def fused(c: GemmConfig = cfg, r: torch.Tensor = residual) -> None:
-            gemm(x, w, out=r, residual=r, config=c)
-            rms_norm(r, norm_w, 1e-6, out=normed)
-
-        try:
-            check = start.clone()
-            fused(cfg, check)
-            row(label, timed(fused), rel_err(check, ref_res))
-        except Exception as e:  # noqa: BLE001
-            rows.append({"proj": name, "tokens": m, "variant": label, "error": repr(e)[:160]})
 
 
 def main() -> None:
@@ -155,8 +121,7 @@ def main() -> None:
              f"Command: `python bench/omnivoice_gemm.py {' '.join(sys.argv[1:])}`", "",
              f"Machine: {env}", "", f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
              ("ms: median of triton.testing.do_bench (bf16, fp32 accumulation); rel_err against cuBLAS "
-              "(gate_up: against cuBLAS + silu_mul; +residual: the residual after one call against "
-              "cuBLAS + add_rms_norm's)."), "",
+              "(gate_up: against cuBLAS + silu_mul)."), "",
              "| proj | tokens | variant | ms | TFLOP/s | rel_err |", "|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:

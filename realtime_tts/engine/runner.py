@@ -60,7 +60,7 @@ class FusedBackbone:
     # forwards of up to 2048 tokens took "fused" and larger ones "split": one mode now serves both.
     def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
                  attention: str = "q_fused", block: tuple[int, int, int, int] = (32, 32, 4, 3),
-                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0, residual_gemm_min_tokens: int = 0) -> None:
+                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -74,11 +74,10 @@ class FusedBackbone:
             raise ValueError(f"attention must be one of {kernels.ATTENTION_MODES}, not {attention!r}")
         self.attention, self.block, self.heads = attention, block, heads
         # Forwards of at least swiglu_gemm_min_tokens tokens run the MLP's gate/up GEMM with SwiGLU in its
-        # epilogue (kernels/gemm.py; the [N, 2I] product never reaches memory), of at least
-        # residual_gemm_min_tokens the o and down projections with the residual add in theirs (the norm after
-        # them then reads one tensor, not two); smaller ones, and all when 0, cuBLAS + the separate kernels.
+        # epilogue (kernels/gemm.py; the [N, 2I] product never reaches memory); smaller ones, and all when 0,
+        # cuBLAS + silu_mul. (The o/down projections with the residual add in a Triton GEMM's epilogue measured
+        # slower than cuBLAS + add_rms_norm at every tile tried: bench/results/omnivoice_gemm_h200_run3.md.)
         self.swiglu_gemm_min_tokens = swiglu_gemm_min_tokens
-        self.residual_gemm_min_tokens = residual_gemm_min_tokens
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
@@ -91,11 +90,9 @@ class FusedBackbone:
                 "gate_up": torch.cat([m.gate_proj.weight, m.up_proj.weight], 0).contiguous(),
                 "down": m.down_proj.weight,
             })
-        for w in self.layers:
-            if swiglu_gemm_min_tokens > 0:  # swiglu_gemm's weight layout, beside the plain one cuBLAS reads
+        if swiglu_gemm_min_tokens > 0:  # swiglu_gemm's weight layout, beside the plain one cuBLAS reads
+            for w in self.layers:
                 w["gate_up_tiles"] = kernels.interleave_gate_up(w["gate_up"], kernels.SWIGLU_CONFIG.block_n)
-            if residual_gemm_min_tokens > 0:  # TMA reads 16-byte aligned bases (a CPU mmap load may not be)
-                w["o"], w["down"] = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (w["o"], w["down"]))
         self.final_norm = llm.norm.weight
         self.text_table, self.audio_table = llm.embed_tokens.weight, model.audio_embeddings.weight
         self.audio_vocab = model.audio_vocab
@@ -130,7 +127,6 @@ class FusedBackbone:
         else:
             residual = embeds if consume else embeds.clone()
         fused_mlp = 0 < self.swiglu_gemm_min_tokens <= n
-        fused_res = 0 < self.residual_gemm_min_tokens <= n
         x: torch.Tensor = k.rms_norm(residual, self.layers[0]["ln1"], self.eps,
                                      out=torch.empty(n, residual.shape[1], dtype=mm_dtype, device=embeds.device))
         for i, w in enumerate(self.layers):
@@ -139,28 +135,19 @@ class FusedBackbone:
             k.norm_rope_attention(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions, cos_table,
                                   sin_table, self.eps, out=attn, mode=mode, heads_per_program=heads, block_m=bm,
                                   block_n=bn, num_warps=nw, num_stages=ns, angles=angles)
-            x = self._project_add_norm(attn.view(n, hq * d), w["o"], residual, w["ln2"], fused_res)  # [N, H]
+            o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
+            x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             if fused_mlp:
                 act = k.swiglu_gemm(x, w["gate_up_tiles"], self.inter)  # [N, I]
             else:
                 gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
                 act = k.silu_mul(gate_up[:, :self.inter], gate_up[:, self.inter:])
+            mlp = torch.matmul(act, w["down"].t())
             if i + 1 < len(self.layers):
-                x = self._project_add_norm(act, w["down"], residual, self.layers[i + 1]["ln1"], fused_res)
+                x, residual = k.add_rms_norm(mlp, residual, self.layers[i + 1]["ln1"], self.eps)
             else:  # the final norm's output is in the residual dtype (the head reads it at that precision)
-                x = self._project_add_norm(act, w["down"], residual, self.final_norm, fused_res,
-                                           out_dtype=residual.dtype)
-        return x
-
-    def _project_add_norm(self, inp: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
-                          norm_weight: torch.Tensor, fused: bool, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """residual += inp @ weight.T (in place, the eager roundings) → rms_norm(residual) × norm_weight, a new
-        [N, H] tensor in out_dtype (default: the matmuls' dtype). fused: the add in the Triton GEMM's epilogue."""
-        out = torch.empty(residual.shape, dtype=out_dtype or self.final_norm.dtype, device=residual.device)
-        if fused:
-            self.k.gemm(inp, weight, out=residual, residual=residual)
-            return self.k.rms_norm(residual, norm_weight, self.eps, out=out)
-        x: torch.Tensor = self.k.add_rms_norm(torch.matmul(inp, weight.t()), residual, norm_weight, self.eps, out=out)[0]
+                x, residual = k.add_rms_norm(mlp, residual, self.final_norm, self.eps,
+                                             out=torch.empty_like(residual))
         return x
 
 
@@ -217,9 +204,8 @@ class StepRunner:
     (config --precision); this class keeps "fp32", the model layer's own arithmetic, for its direct users.
 
     attention, attention_block, attention_heads: FusedBackbone's attention mode, tiles and q heads per program.
-    swiglu_gemm_min_tokens, residual_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up
-    GEMM + SwiGLU as one Triton kernel, resp. the o/down projections with the residual add in their epilogues
-    (0: never; FusedBackbone).
+    swiglu_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up GEMM + SwiGLU as one Triton
+    kernel (0: never; FusedBackbone).
     fused_snake (CUDA): the codec's Snake activations through kernels/snake.py; with fused_codec, the decoder's
     conv bias and residual adds inside those passes (kernels/dac_decoder.py). capture_lock: held around every
     step-graph capture (the worker's lock, shared with its decode thread).
@@ -232,8 +218,7 @@ class StepRunner:
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
-                 swiglu_gemm_min_tokens: int = 0, residual_gemm_min_tokens: int = 0, fused_snake: bool = True,
-                 fused_codec: bool = True,
+                 swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True, fused_codec: bool = True,
                  capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
@@ -249,8 +234,8 @@ class StepRunner:
         if model.llm.cfg["head_dim"] < 32:  # the rope dots on tensor cores need half a head ≥ 16 (tiny models)
             attention = "split"
         self.fused = FusedBackbone(model, residual_dtype=stream_dtype, attention=attention, block=attention_block,
-                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens,
-                                   residual_gemm_min_tokens=residual_gemm_min_tokens) if self.use_fused else None
+                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens
+                                   ) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
         self.head_tf32 = head_tf32 and precision == "fp32"

@@ -451,25 +451,6 @@ def test_gemm_matches_matmul(dtype: torch.dtype, config: kernels.GemmConfig) -> 
     assert rel_err(out, x.double() @ w.double().t()) < tol(dtype)
 
 
-@pytest.mark.parametrize("dtype", GEMM_DTYPES)
-@pytest.mark.parametrize("residual_dtype", [torch.float32, None])
-def test_gemm_adds_the_residual_in_place_with_the_eager_roundings(dtype: torch.dtype,
-                                                                  residual_dtype: torch.dtype | None) -> None:
-    g = gen(14)
-    residual_dtype = residual_dtype or dtype
-    x = torch.randn(77, 64, generator=g).to(DEVICE, dtype)
-    w = torch.randn(40, 64, generator=g).to(DEVICE, dtype)
-    residual = (4 * torch.randn(77, 40, generator=g)).to(DEVICE, residual_dtype)
-    before = residual.clone()
-    out = kernels.gemm(x, w, out=residual, residual=residual, config=GEMM_CONFIGS[0])
-    assert out.data_ptr() == residual.data_ptr()
-    # eager: the projection rounded to x's dtype, then added in the residual's dtype (add_rms_norm_ref's sum)
-    ref = kernels.add_rms_norm_ref(torch.matmul(x.double(), w.double().t()).to(dtype).to(residual_dtype), before,
-                                   torch.ones(40, dtype=residual_dtype, device=DEVICE), 1e-6)[1]
-    assert rel_err(residual, ref.double()) < tol(dtype)
-    assert rel_err(residual, before.double()) > 10 * tol(dtype)
-
-
 def test_gemm_config_parses_the_bench_spelling() -> None:
     cfg = kernels.GemmConfig.parse("128,64,32,4,3,8,0")
     assert cfg == kernels.GemmConfig(128, 64, 32, 4, 3, 8, False)
@@ -497,14 +478,12 @@ gemm = importlib.import_module("realtime_tts.engine.kernels.gemm")
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
-def build(fn, descs, extra, consts, c):
-    sig = {name: f"tensordesc<bf16[{rows}, {cols}]>" for name, (rows, cols) in descs.items()} | extra
+def build(fn, descs, consts, c):
+    sig = {name: f"tensordesc<bf16[{rows}, {cols}]>" for name, (rows, cols) in descs.items()} | {"M": "i32"}
     sig |= {n: "constexpr" for n in fn.arg_names if n not in sig}
     consts |= {"NUM_PROGRAMS": 132, "STATIC_TILES": 0, "BLOCK_M": c.block_m, "BLOCK_N": c.block_n,
                "BLOCK_K": c.block_k, "GROUP_M": c.group_m}
-    # pointers and strides 16-divisible, as the launches' arguments are specialised
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in ("res_ptr", "stride_res")}
-    k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, attrs),
+    k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, {}),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": c.num_warps, "num_stages": c.num_stages})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
@@ -515,13 +494,12 @@ def build(fn, descs, extra, consts, c):
 
 
 out = {}
-for name, c, has_res in (("gemm", gemm.GEMM_CONFIG, False), ("gemm+residual", gemm.RESIDUAL_CONFIG, True)):
-    descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
-    out[name] = build(gemm._gemm_kernel, descs, {"res_ptr": "*bf16", "stride_res": "i32", "M": "i32"},
-                      {"N": 1024, "K": 3072, "HAS_RES": has_res}, c)
+c = gemm.GEMM_CONFIG
+descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
+out["gemm"] = build(gemm._gemm_kernel, descs, {"N": 1024, "K": 3072}, c)
 c = gemm.SWIGLU_CONFIG
 descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (2 * c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
-out["swiglu"] = build(gemm._swiglu_gemm_kernel, descs, {"M": "i32"}, {"N": 3072, "K": 1024}, c)
+out["swiglu"] = build(gemm._swiglu_gemm_kernel, descs, {"N": 3072, "K": 1024}, c)
 print(json.dumps(out))
 """
 
@@ -538,7 +516,7 @@ def test_gemm_kernels_compile_for_sm90_within_shared_memory() -> None:
                           env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     usage = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(usage) == {"gemm", "gemm+residual", "swiglu"}
+    assert set(usage) == {"gemm", "swiglu"}
     for name, u in usage.items():
         assert u["shared"] <= 232448, f"{name} needs {u['shared']} bytes of shared memory"
         assert u["stack"] == 0 and u["wgmma"] > 0, f"{name}: {u}"

@@ -18,7 +18,6 @@ from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue
 from realtime_tts.engine.kernels.embed import embed, embed_ref
 from realtime_tts.engine.kernels.gemm import (
     GEMM_CONFIG,
-    RESIDUAL_CONFIG,
     SWIGLU_CONFIG,
     GemmConfig,
     gemm,
@@ -35,7 +34,6 @@ from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 __all__ = [
     "ATTENTION_MODES",
     "GEMM_CONFIG",
-    "RESIDUAL_CONFIG",
     "SWIGLU_CONFIG",
     "GemmConfig",
     "add_rms_norm",

@@ -45,11 +45,9 @@ class GemmConfig:
 
 
 # The best of the H200 sweeps at bulk sizes (bench/omnivoice_gemm.py; 42368 tokens, bf16): swiglu_gemm
-# 128 x (2·128) tiles; the plain GEMM 128 x 256 (the down and o projections' N = 1024). With the residual
-# epilogue the 3-stage 128 x 256 tile needs 246 KB of shared memory (sm_90 has 227): 2 stages.
+# 128 x (2·128) tiles; the plain GEMM 128 x 256 (the down and o projections' N = 1024).
 SWIGLU_CONFIG = GemmConfig(128, 128, 64, 8, 3, 16, True)
 GEMM_CONFIG = GemmConfig(128, 256, 64, 8, 3, 8, True)
-RESIDUAL_CONFIG = GemmConfig(128, 256, 64, 8, 2, 8, True)
 
 
 @triton.jit
@@ -106,45 +104,32 @@ def _swiglu_gemm_kernel(x_desc, w_desc, out_desc, M, N: tl.constexpr, K: tl.cons
 
 
 @triton.jit
-def _gemm_tile(x_desc, w_desc, out_desc, res_ptr, stride_res, M, N, tile, num_pid_m, num_pid_n, K: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-               HAS_RES: tl.constexpr):
+def _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
         acc = tl.dot(x_desc.load([off_m, k]), w_desc.load([off_n, k]).T, acc)
-    if HAS_RES:
-        # the eager layer's roundings: the projection comes out in x's dtype, then residual + it in the
-        # residual's dtype (add_rms_norm's sum). Loaded to registers, not through shared memory: a TMA tile
-        # for it would not fit beside the pipeline's stages and the store's tile.
-        rows = off_m + tl.arange(0, BLOCK_M)
-        cols = off_n + tl.arange(0, BLOCK_N)
-        mask = (rows < M)[:, None] & (cols < N)[None, :]
-        res = tl.load(res_ptr + rows.to(tl.int64)[:, None] * stride_res + cols[None, :], mask=mask, other=0.0)
-        y = acc.to(x_desc.dtype).to(tl.float32) + res.to(tl.float32)
-        out_desc.store([off_m, off_n], y.to(out_desc.dtype))
-    else:
-        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+    out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
 
 
 @triton.jit
-def _gemm_kernel(x_desc, w_desc, out_desc, res_ptr, stride_res, M, N: tl.constexpr, K: tl.constexpr,
-                 NUM_PROGRAMS: tl.constexpr, STATIC_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, HAS_RES: tl.constexpr):
-    """out[M, N] = x @ w.T (fp32 accumulation, rounded once to out's dtype), or with HAS_RES
-    out = res + round(x @ w.T) (res may be out itself: each tile is read, then written, by one program)."""
+def _gemm_kernel(x_desc, w_desc, out_desc, M, N: tl.constexpr, K: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                 STATIC_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 GROUP_M: tl.constexpr):
+    """out[M, N] = x @ w.T (fp32 accumulation, rounded once to out's dtype); tiles walked as above."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     if STATIC_TILES == 0:
         for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=True):
-            _gemm_tile(x_desc, w_desc, out_desc, res_ptr, stride_res, M, N, tile, num_pid_m, num_pid_n, K,
-                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, HAS_RES)
+            _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                       GROUP_M)
     else:
         for first in range(0, STATIC_TILES, NUM_PROGRAMS):
             tile = first + tl.program_id(0)
             if tile < STATIC_TILES:
-                _gemm_tile(x_desc, w_desc, out_desc, res_ptr, stride_res, M, N, tile, num_pid_m, num_pid_n, K,
-                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, HAS_RES)
+                _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                           GROUP_M)
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -212,31 +197,25 @@ def swiglu_gemm(x: torch.Tensor, w_tiles: torch.Tensor, inter: int, out: torch.T
     return out
 
 
-def gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-         config: GemmConfig | None = None) -> torch.Tensor:
-    """x [M, K] @ w [N, K].T → [M, N] in x's dtype (the Triton twin of torch.matmul(x, w.t())). residual [M, N]
-    (any float dtype): returns residual + that product, rounded as add_rms_norm adds them, in residual's dtype;
-    out may be residual itself (in place). config None: GEMM_CONFIG, or RESIDUAL_CONFIG with a residual."""
+def gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None,
+         config: GemmConfig = GEMM_CONFIG) -> torch.Tensor:
+    """x [M, K] @ w [N, K].T → [M, N] in x's dtype: the Triton twin of torch.matmul(x, w.t()) that
+    bench/omnivoice_gemm.py ranks against cuBLAS (how fast this kernel's make is at plain GEMMs)."""
     _check(x, w)
     m, k = x.shape
     n = w.shape[0]
-    dtype = x.dtype if residual is None else residual.dtype
-    out = torch.empty(m, n, dtype=dtype, device=x.device) if out is None else out
-    if residual is not None:
-        assert residual.shape == out.shape and residual.dtype == out.dtype and residual.stride(1) == 1
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
     if m == 0:
         return out
-    c = config or (GEMM_CONFIG if residual is None else RESIDUAL_CONFIG)
+    c = config
     x_desc = TensorDescriptor.from_tensor(x, [c.block_m, c.block_k])
     w_desc = TensorDescriptor.from_tensor(w, [c.block_n, c.block_k])
     out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
     num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n)
     programs = _programs(num_tiles, x.device, c.persistent)
-    res = out if residual is None else residual  # (not read without a residual)
-    _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, res, res.stride(0), m, n, k, NUM_PROGRAMS=programs,
+    _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, n, k, NUM_PROGRAMS=programs,
                               STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                              BLOCK_K=c.block_k, GROUP_M=c.group_m, HAS_RES=residual is not None,
-                              num_warps=c.num_warps, num_stages=c.num_stages)
+                              BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.num_warps, num_stages=c.num_stages)
     return out
 
 

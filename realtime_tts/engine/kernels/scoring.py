@@ -153,7 +153,7 @@ CFG_ARGMAX_VARIANTS = ("rows", "legacy")
 
 
 def cfg_argmax(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.Tensor, mask_id: int, *,
-               variant: str = "rows", rows_per_program: int = 1, num_warps: int = 1
+               variant: str = "rows", rows_per_program: int = 1, num_warps: int = 1, fp_fusion: bool = True
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """c_logits, u_logits [B, R, V] (R positions per item, e.g. T·8), guidance [B] fp32
     → (pred [B, R] int64, conf [B, R] fp32). variant "rows": rows_per_program positions per program of
@@ -162,7 +162,8 @@ def cfg_argmax(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.T
     kernel (num_warps=4, rows_per_program ignored). The default, one row per one-warp program: by ptxas for
     sm_90, 1256 (bf16) / 1192 (fp32) warp instructions per row in 96 registers, no spills (legacy: 5376 and 23
     barriers); two rows per warp save ~6% of those but take 168 registers, fewer resident warps. Chosen without
-    a GPU: the bench (bench_cfg_argmax) times them all."""
+    a GPU: the bench (bench_cfg_argmax) times them all. fp_fusion=False: no multiply-add contraction (the guidance
+    combine then rounds its product before the add, as torch's separate ops do; ~3% more instructions)."""
     num_b, per_item, vocab = c_logits.shape
     assert u_logits.shape == c_logits.shape and c_logits.stride(2) == 1 and u_logits.stride(2) == 1
     if variant not in CFG_ARGMAX_VARIANTS:
@@ -186,7 +187,7 @@ def cfg_argmax(c_logits: torch.Tensor, u_logits: torch.Tensor, guidance: torch.T
     _cfg_argmax_rows_kernel[(triton.cdiv(num_rows, rows_per_program),)](
         c2, u2, guidance, pred, conf, num_rows, c2.stride(0), u2.stride(0), per_item, mask_id,
         LAST=last, MAIN=main, LANES=min(main, 32), ROWS=rows_per_program, MASK_IS_LAST=mask_id == last,
-        FTZ=not _INTERPRET, num_warps=num_warps)
+        FTZ=not _INTERPRET, num_warps=num_warps, enable_fp_fusion=fp_fusion)
     return pred, conf
 
 

@@ -292,21 +292,29 @@ def our_items(model: Any, mode: str, num: int, dur: float, steps: int) -> list[A
 
 def pipelined(runner: Any, model: Any, mode: str, num: int, args: argparse.Namespace, num_batches: int) -> float:
     """Steady-state serving of num_batches batches: the host prepares batch i+1 and copies it into device
-    slots while the GPU replays and decodes batch i (the runner never waits for the device). → wall seconds,
+    slots while the GPU replays and decodes batch i (the runner never waits for the device). With
+    args.codec_stream the codec decodes batch i on its own stream while batch i+1's steps run, as the worker's
+    decode thread does (engine/worker.py); else on the steps' stream, between the batches. → wall seconds,
     including the final copy of every waveform to pinned host memory."""
     frames = round(args.dur * 25)
     # Pinned outputs allocated ahead: cudaHostAlloc inside the timed loop could synchronise the device.
     hosts = [torch.empty(num, 1, 960 * frames, pin_memory=True) for _ in range(num_batches)]
+    decode_stream = torch.cuda.Stream() if args.codec_stream else torch.cuda.current_stream()  # type: ignore[no-untyped-call]
     sync()
     t0 = time.perf_counter()
     for i in range(num_batches):
         items = our_items(model, mode, num, args.dur, args.steps)
         grids = runner.enqueue(items)
         assert grids is not None and items[0].num_frames == frames  # equal-length items: one codec call
-        with torch.inference_mode():
+        ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        ready.record()  # the grids are complete (copied out of their slots) on the steps' stream
+        decode_stream.wait_event(ready)
+        with torch.cuda.stream(decode_stream), torch.inference_mode():
+            for grid in grids:  # made on the steps' stream, read here: not to be reused before this reads them
+                grid.record_stream(decode_stream)
             waves = model.codec.model.decode(torch.stack(grids)).audio_values  # [B, 1, 960·T]
-        hosts[i].copy_(waves, non_blocking=True)
-    sync()
+            hosts[i].copy_(waves, non_blocking=True)
+    sync()  # the whole device: both streams
     return time.perf_counter() - t0
 
 
@@ -591,6 +599,9 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              "them at dtype=bfloat16, scoring in fp32).", "",
              "xRT pipelined: several batches back to back with host prepare/pack overlapping the GPU (how a busy "
              "worker runs); xRT: one batch alone, everything serial.", "",
+             ("Pipelined codec (--codec-stream): " + ("on its own CUDA stream beside the next batch's steps, as "
+              "the worker's decode thread runs it." if args.codec_stream else "on the steps' stream, between "
+              "batches.")), "",
              f"Codec in this table: {'fused Snake kernel' if args.fused_snake else 'stock transformers Snake1d'}"
              f"{' with the fused decoder epilogues' if args.fused_snake and args.fused_codec else ''} "
              "(--fused-snake, --fused-codec).", "",
@@ -653,6 +664,9 @@ def main() -> None:
     p.add_argument("--attention-heads", type=int, default=0, help="q heads per attention program; 0 = the GQA group")
     p.add_argument("--swiglu-gemm-min-tokens", type=int, default=0,
                    help="steps of at least this many tokens fuse the MLP's gate/up GEMM and SwiGLU (0: never)")
+    p.add_argument("--codec-stream", action=argparse.BooleanOptionalAction, default=True,
+                   help="pipelined runs decode on their own CUDA stream beside the next batch's steps, as the "
+                        "worker does (--no-codec-stream: between the batches, on the steps' stream)")
     p.add_argument("--fused-snake", action=argparse.BooleanOptionalAction, default=True,
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     p.add_argument("--fused-codec", action=argparse.BooleanOptionalAction, default=True,

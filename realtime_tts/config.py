@@ -60,6 +60,10 @@ class OmniVoiceConfig:
     precision: str = _doc("OmniVoice arithmetic on the GPU: reference (bf16 residual stream and audio head, as the "
                           "reference omnivoice package computes at bf16) or fp32 (fp32 residual stream, TF32 head).",
                           default="reference")
+    swiglu_gemm_min_tokens: int = _doc("Diffusion steps of at least this many tokens run the MLP's gate/up "
+                                       "projection and SwiGLU as one Triton GEMM (faster at bulk sizes on the "
+                                       "H200, bench/results/omnivoice_gemm_h200_run2.md); 0 = never.",
+                                       default=8192)
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
                                  "segment gets a deadline; steps sized by a step-time model measured at "
@@ -170,6 +174,8 @@ def validate(cfg: Config) -> None:
     check(cfg.omnivoice.max_batch_tokens >= 1, f"max_batch_tokens must be >= 1, got {cfg.omnivoice.max_batch_tokens}")
     check(cfg.omnivoice.codec_graph_frames >= 0,
           f"codec_graph_frames must be >= 0, got {cfg.omnivoice.codec_graph_frames}")
+    check(cfg.omnivoice.swiglu_gemm_min_tokens >= 0,
+          f"swiglu_gemm_min_tokens must be >= 0, got {cfg.omnivoice.swiglu_gemm_min_tokens}")
     check(cfg.omnivoice.precision in ("fp32", "reference"),
           f"precision must be fp32 or reference, got {cfg.omnivoice.precision!r}")
     check(cfg.omnivoice.scheduler_policy in ("deadline", "class"),

@@ -38,6 +38,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     codec_graph_frames: int = 0  # longest segment decoded through a per-length codec CUDA graph; 0 = off
     policy: str = "class"  # scheduler policy: class | deadline (needs a measured step-time model)
     precision: str = "fp32"  # StepRunner(precision=...): fp32 | reference
+    swiglu_gemm_min_tokens: int = 0  # StepRunner(swiglu_gemm_min_tokens=...); 0 = never
     stats_interval_s: float = 0.25
 
 

@@ -31,6 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from realtime_tts.config import OmniVoiceConfig  # noqa: E402 - after the path insert
+
 CARD_TFLOPS = 775.0  # bf16 dense, measured on this card (../shared/docs/BASELINE.md)
 INSTRUCT = "female, young adult, moderate pitch"
 REF_SECONDS = 5
@@ -662,8 +664,9 @@ def main() -> None:
     p.add_argument("--attention-block", default="32,32,4,3",
                    help="attention block_m,block_n,num_warps,num_stages (block_m per q head)")
     p.add_argument("--attention-heads", type=int, default=0, help="q heads per attention program; 0 = the GQA group")
-    p.add_argument("--swiglu-gemm-min-tokens", type=int, default=0,
-                   help="steps of at least this many tokens fuse the MLP's gate/up GEMM and SwiGLU (0: never)")
+    p.add_argument("--swiglu-gemm-min-tokens", type=int, default=OmniVoiceConfig.swiglu_gemm_min_tokens,
+                   help="steps of at least this many tokens fuse the MLP's gate/up GEMM and SwiGLU (0: never; "
+                        "default: the server's)")
     p.add_argument("--codec-stream", action=argparse.BooleanOptionalAction, default=True,
                    help="pipelined runs decode on their own CUDA stream beside the next batch's steps, as the "
                         "worker does (--no-codec-stream: between the batches, on the steps' stream)")

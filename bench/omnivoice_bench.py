@@ -357,8 +357,7 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
     runner = StepRunner(model, precision=args.precision, attention=args.attention,
                         attention_block=tuple(int(v) for v in args.attention_block.split(",")),  # type: ignore[arg-type]
                         attention_heads=args.attention_heads or None,
-                        swiglu_gemm_min_tokens=args.swiglu_gemm_min_tokens,
-                        qkv_gemm_min_tokens=args.qkv_gemm_min_tokens)
+                        swiglu_gemm_min_tokens=args.swiglu_gemm_min_tokens)
     # The bulk table decodes with the fused Snake kernel only under --fused-snake, and with the fused decoder
     # epilogues only under --fused-codec too (set here either way, whatever StepRunner chose), so the table
     # states which codec ran.
@@ -500,11 +499,10 @@ def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace
         ref = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention).float()
         outs = {}
         for mode in ("q_fused", "split", "fused", "q_fused_gemms"):
-            # q_fused_gemms: q_fused with the Triton GEMMs (gate/up + SwiGLU; q/k/v with the k norm + RoPE)
-            gemms = 1 if mode == "q_fused_gemms" else 0
+            # q_fused_gemms: q_fused with the MLP's gate/up GEMM + SwiGLU as one Triton kernel
             outs[mode] = FusedBackbone(model, residual_dtype=runner.fused.residual_dtype,
-                                       attention=mode.removesuffix("_gemms"), swiglu_gemm_min_tokens=gemms,
-                                       qkv_gemm_min_tokens=gemms)(
+                                       attention=mode.removesuffix("_gemms"),
+                                       swiglu_gemm_min_tokens=1 if mode == "q_fused_gemms" else 0)(
                 embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen).float()
             rec[f"hidden_rel_err_{mode}"] = float((outs[mode] - ref).norm() / ref.norm())
         rec["gemms_vs_cublas_rel_err"] = float((outs["q_fused_gemms"] - outs["q_fused"]).norm()
@@ -615,10 +613,6 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              + ("cuBLAS then silu_mul." if args.swiglu_gemm_min_tokens <= 0 else
                 f"one Triton GEMM with SwiGLU in its epilogue for steps of >= {args.swiglu_gemm_min_tokens} "
                 "tokens."), "",
-             f"q/k/v projection (--qkv-gemm-min-tokens {args.qkv_gemm_min_tokens}): "
-             + ("cuBLAS, then the k heads' norm + RoPE as their own pass." if args.qkv_gemm_min_tokens <= 0 else
-                f"a Triton GEMM with the k heads' norm + RoPE in its epilogue for steps of >= "
-                f"{args.qkv_gemm_min_tokens} tokens."), "",
              "| impl | mode | B | wall s | xRT | xRT pipelined | per step ms | loop TFLOP/s | MFU (loop) | graph hits/misses |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in gens:
@@ -673,9 +667,6 @@ def main() -> None:
     p.add_argument("--swiglu-gemm-min-tokens", type=int, default=OmniVoiceConfig.swiglu_gemm_min_tokens,
                    help="steps of at least this many tokens fuse the MLP's gate/up GEMM and SwiGLU (0: never; "
                         "default: the server's)")
-    p.add_argument("--qkv-gemm-min-tokens", type=int, default=0,
-                   help="steps of at least this many tokens run the q/k/v projection as a Triton GEMM with the k "
-                        "heads' norm + RoPE in its epilogue (0: never)")
     p.add_argument("--codec-stream", action=argparse.BooleanOptionalAction, default=True,
                    help="pipelined runs decode on their own CUDA stream beside the next batch's steps, as the "
                         "worker does (--no-codec-stream: between the batches, on the steps' stream)")

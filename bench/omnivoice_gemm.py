@@ -26,9 +26,6 @@ PROJECTIONS = {"qkv": (4096, 1024), "o": (1024, 2048), "gate_up": (6144, 1024), 
 SWIGLU_CONFIGS = ["128,128,64,8,3,8,1", "128,128,64,8,4,8,1", "128,128,64,8,3,8,0", "128,128,64,8,3,16,1",
                   "128,128,64,8,3,4,1", "128,64,64,8,4,8,1", "128,64,64,4,4,8,1", "256,64,64,8,3,8,1",
                   "128,128,32,8,5,8,1", "64,128,64,4,4,8,1"]
-# qkv_gemm's k-head epilogue needs 32 KB more shared memory than the plain GEMM: 2 stages at 128 x 256
-QKV_CONFIGS = ["128,256,64,8,2,8,1", "128,256,32,8,4,8,1", "128,256,64,8,2,16,1", "128,128,64,8,3,8,1",
-               "128,128,64,8,4,8,1"]
 GEMM_CONFIGS = ["128,256,64,8,3,8,1", "128,256,64,8,4,8,1", "128,128,64,4,4,8,1", "128,256,64,8,3,16,1"]
 
 
@@ -60,8 +57,6 @@ def bench_projection(name: str, m: int, rows: list[dict[str, Any]]) -> None:
     row("cublas", timed(lambda: torch.matmul(x, w.t())))
     wt = w.t().contiguous()
     row("cublas_nn", timed(lambda: torch.matmul(x, wt)), rel_err(torch.matmul(x, wt), ref))
-    if name == "qkv":
-        bench_qkv(x, w, rows, row)
     if name == "gate_up":
         inter = n // 2
 
@@ -89,34 +84,6 @@ def bench_projection(name: str, m: int, rows: list[dict[str, Any]]) -> None:
             row(f"triton {cfg.label()}", timed(lambda c=cfg: gemm(x, w, config=c)), err)
         except Exception as e:  # noqa: BLE001
             rows.append({"proj": name, "tokens": m, "variant": f"triton {cfg.label()}", "error": repr(e)[:160]})
-
-
-def bench_qkv(x: torch.Tensor, w: torch.Tensor, rows: list[dict[str, Any]], row: Any) -> None:
-    """cuBLAS + head_norm_rope on the k heads (what FusedBackbone runs before q_fused attention) vs qkv_gemm."""
-    from realtime_tts.engine.kernels import head_norm_rope, qkv_gemm, rope_cos_sin
-    from realtime_tts.engine.kernels.gemm import GemmConfig
-
-    m, hq, hkv, d = x.shape[0], 16, 8, 128
-    kw = torch.ones(d, device="cuda", dtype=torch.bfloat16)
-    positions = torch.arange(m, device="cuda") % 400
-    cos_t, sin_t = rope_cos_sin(torch.arange(512, device="cuda"), d, 1e6, torch.float32)
-
-    def eager() -> torch.Tensor:
-        qkv = torch.matmul(x, w.t()).view(m, hq + 2 * hkv, d)
-        head_norm_rope(qkv[:, hq:hq + hkv], kw, positions, cos_t, sin_t, 1e-6)
-        return qkv
-
-    ref = eager()
-    row("cublas+head_norm_rope", timed(eager))
-    for spec in QKV_CONFIGS:
-        cfg = GemmConfig.parse(spec)
-        label = f"qkv_gemm {cfg.label()}"
-        try:
-            out = qkv_gemm(x, w, kw, positions, cos_t, sin_t, 1e-6, hq, hkv, config=cfg).view(m, -1, d)
-            row(label, timed(lambda c=cfg: qkv_gemm(x, w, kw, positions, cos_t, sin_t, 1e-6, hq, hkv, config=c)),
-                rel_err(out, ref))
-        except Exception as e:  # noqa: BLE001 - a config out of shared memory: rank the rest
-            rows.append({"proj": "qkv", "tokens": m, "variant": label, "error": repr(e)[:160]})
 
 
 def main() -> None:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -62,7 +60,7 @@ class FusedBackbone:
     # forwards of up to 2048 tokens took "fused" and larger ones "split": one mode now serves both.
     def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
                  attention: str = "q_fused", block: tuple[int, int, int, int] = (32, 32, 4, 3),
-                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0, qkv_gemm_min_tokens: int = 0) -> None:
+                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -78,17 +76,9 @@ class FusedBackbone:
         # Forwards of at least swiglu_gemm_min_tokens tokens run the MLP's gate/up GEMM with SwiGLU in its
         # epilogue (kernels/gemm.py; the [N, 2I] product never reaches memory); smaller ones, and all when 0,
         # cuBLAS + silu_mul. (The o/down projections with the residual add in a Triton GEMM's epilogue measured
-        # slower than cuBLAS + add_rms_norm at every tile tried: bench/results/omnivoice_gemm_h200_run3.md.)
+        # slower than cuBLAS + add_rms_norm at every tile tried: bench/results/omnivoice_gemm_h200_run3.md; so did
+        # the q/k/v projection with the k heads' norm + RoPE in its epilogue: omnivoice_gemm_h200_run4.md.)
         self.swiglu_gemm_min_tokens = swiglu_gemm_min_tokens
-        # Forwards of at least qkv_gemm_min_tokens tokens run the q/k/v projection as a Triton GEMM that
-        # normalises and rotates the k heads in its epilogue (no head_norm_rope pass); q_fused attention only
-        # (it normalises q itself), and only where a tile of whole heads lines up with the q/k/v boundaries.
-        self.qkv_config: Any = None
-        qkv_block = math.gcd(self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim,
-                             kernels.QKV_CONFIG.block_n)
-        if qkv_gemm_min_tokens > 0 and attention == "q_fused" and qkv_block % self.head_dim == 0:
-            self.qkv_config = dataclasses.replace(kernels.QKV_CONFIG, block_n=qkv_block)
-        self.qkv_gemm_min_tokens = qkv_gemm_min_tokens if self.qkv_config is not None else 0
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
@@ -138,19 +128,14 @@ class FusedBackbone:
         else:
             residual = embeds if consume else embeds.clone()
         fused_mlp = 0 < self.swiglu_gemm_min_tokens <= n
-        fused_qkv = 0 < self.qkv_gemm_min_tokens <= n
         x: torch.Tensor = k.rms_norm(residual, self.layers[0]["ln1"], self.eps,
                                      out=torch.empty(n, residual.shape[1], dtype=mm_dtype, device=embeds.device))
         for i, w in enumerate(self.layers):
-            if fused_qkv:  # k comes out normalised and rotated
-                qkv = k.qkv_gemm(x, w["qkv"], w["kn"], positions, cos_table, sin_table, self.eps, hq, hkv,
-                                 config=self.qkv_config).view(n, hq + 2 * hkv, d)
-            else:
-                qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
+            qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
             q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
             k.norm_rope_attention(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions, cos_table,
                                   sin_table, self.eps, out=attn, mode=mode, heads_per_program=heads, block_m=bm,
-                                  block_n=bn, num_warps=nw, num_stages=ns, angles=angles, k_ready=fused_qkv)
+                                  block_n=bn, num_warps=nw, num_stages=ns, angles=angles)
             o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             if fused_mlp:
@@ -221,8 +206,7 @@ class StepRunner:
 
     attention, attention_block, attention_heads: FusedBackbone's attention mode, tiles and q heads per program.
     swiglu_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up GEMM + SwiGLU as one Triton
-    kernel; qkv_gemm_min_tokens: the q/k/v projection with the k heads' norm + RoPE in its epilogue (0: never;
-    FusedBackbone).
+    kernel (0: never; FusedBackbone).
     fused_snake (CUDA): the codec's Snake activations through kernels/snake.py; with fused_codec, the decoder's
     conv bias and residual adds inside those passes (kernels/dac_decoder.py). capture_lock: held around every
     step-graph capture (the worker's lock, shared with its decode thread).
@@ -235,8 +219,7 @@ class StepRunner:
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
-                 swiglu_gemm_min_tokens: int = 0, qkv_gemm_min_tokens: int = 0, fused_snake: bool = True,
-                 fused_codec: bool = True,
+                 swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True, fused_codec: bool = True,
                  capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
@@ -252,8 +235,8 @@ class StepRunner:
         if model.llm.cfg["head_dim"] < 32:  # the rope dots on tensor cores need half a head ≥ 16 (tiny models)
             attention = "split"
         self.fused = FusedBackbone(model, residual_dtype=stream_dtype, attention=attention, block=attention_block,
-                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens,
-                                   qkv_gemm_min_tokens=qkv_gemm_min_tokens) if self.use_fused else None
+                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens
+                                   ) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
         self.head_tf32 = head_tf32 and precision == "fp32"

@@ -451,37 +451,6 @@ def test_gemm_matches_matmul(dtype: torch.dtype, config: kernels.GemmConfig) -> 
     assert rel_err(out, x.double() @ w.double().t()) < tol(dtype)
 
 
-@pytest.mark.parametrize("dtype", GEMM_DTYPES)
-def test_qkv_gemm_normalises_and_rotates_exactly_the_k_heads(dtype: torch.dtype) -> None:
-    g = gen(15)
-    hq, hkv, d, hidden, n = 4, 2, 16, 48, 37
-    x = torch.randn(n, hidden, generator=g).to(DEVICE, dtype)
-    w = (torch.randn((hq + 2 * hkv) * d, hidden, generator=g) / hidden ** 0.5).to(DEVICE, dtype)
-    kw = (1 + 0.2 * torch.randn(d, generator=g)).to(DEVICE, dtype)
-    positions = torch.randint(0, 50, (n,), generator=g).to(DEVICE)
-    cos_t, sin_t = kernels.rope_cos_sin(torch.arange(64, device=DEVICE), d, 1e6, torch.float32)
-    config = kernels.GemmConfig(16, 32, 16, 4, 2, 2, True)  # 32 columns: two heads per tile
-    out = kernels.qkv_gemm(x, w, kw, positions, cos_t, sin_t, 1e-6, hq, hkv, config=config).view(n, -1, d)
-    ref = torch.matmul(x, w.t()).view(n, -1, d)  # the projection, then head_norm_rope on its k heads
-    kernels.head_norm_rope(ref[:, hq:hq + hkv], kw, positions, cos_t, sin_t, 1e-6)
-    assert rel_err(out, ref) < tol(dtype)
-    assert rel_err(out[:, hq:hq + hkv], ref[:, hq:hq + hkv]) < tol(dtype)  # k itself, not diluted by q and v
-    plain = torch.matmul(x, w.t()).view(n, -1, d)
-    assert rel_err(out[:, hq:hq + hkv], plain[:, hq:hq + hkv]) > 10 * tol(dtype)  # k did change
-    assert rel_err(out[:, :hq], plain[:, :hq]) < tol(dtype) and rel_err(out[:, hq + hkv:], plain[:, hq + hkv:]) < tol(dtype)
-
-
-def test_norm_rope_attention_refuses_k_ready_outside_q_fused() -> None:
-    q = torch.zeros(4, 2, 16)
-    k = torch.zeros(4, 1, 16)
-    cu = torch.tensor([0, 4], dtype=torch.int32)
-    w = torch.ones(16)
-    cos_t, sin_t = kernels.rope_cos_sin(torch.arange(8), 16, 1e6, torch.float32)
-    with pytest.raises(ValueError, match="k_ready"):
-        kernels.norm_rope_attention(q, k, k, cu, 4, kernels.attention_tiles(cu, 2), w, w, torch.arange(4), cos_t,
-                                    sin_t, 1e-6, mode="split", k_ready=True)
-
-
 def test_gemm_config_parses_the_bench_spelling() -> None:
     cfg = kernels.GemmConfig.parse("128,64,32,4,3,8,0")
     assert cfg == kernels.GemmConfig(128, 64, 32, 4, 3, 8, False)
@@ -509,16 +478,12 @@ gemm = importlib.import_module("realtime_tts.engine.kernels.gemm")
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
-def build(fn, descs, consts, c, ptrs=None):
+def build(fn, descs, consts, c):
     sig = {name: f"tensordesc<bf16[{rows}, {cols}]>" for name, (rows, cols) in descs.items()} | {"M": "i32"}
-    sig |= ptrs or {}
     sig |= {n: "constexpr" for n in fn.arg_names if n not in sig}
     consts |= {"NUM_PROGRAMS": 132, "STATIC_TILES": 0, "BLOCK_M": c.block_m, "BLOCK_N": c.block_n,
                "BLOCK_K": c.block_k, "GROUP_M": c.group_m}
-    # pointers and strides 16-divisible, as the launches' arguments are specialised
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n.endswith("_ptr") or
-             n.startswith("stride")}
-    k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, attrs),
+    k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, {}),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": c.num_warps, "num_stages": c.num_stages})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
@@ -535,11 +500,6 @@ out["gemm"] = build(gemm._gemm_kernel, descs, {"N": 1024, "K": 3072}, c)
 c = gemm.SWIGLU_CONFIG
 descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (2 * c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
 out["swiglu"] = build(gemm._swiglu_gemm_kernel, descs, {"N": 3072, "K": 1024}, c)
-c = gemm.QKV_CONFIG
-descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
-ptrs = {"kw_ptr": "*bf16", "pos_ptr": "*i64", "cos_ptr": "*fp32", "sin_ptr": "*fp32", "stride_tab": "i32", "eps": "fp32"}
-out["qkv"] = build(gemm._qkv_gemm_kernel, descs, {"N": 4096, "K": 1024, "K_START": 2048, "K_END": 3072, "HEAD_DIM": 128},
-                   c, ptrs)
 print(json.dumps(out))
 """
 
@@ -556,7 +516,7 @@ def test_gemm_kernels_compile_for_sm90_within_shared_memory() -> None:
                           env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     usage = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(usage) == {"gemm", "swiglu", "qkv"}
+    assert set(usage) == {"gemm", "swiglu"}
     for name, u in usage.items():
         assert u["shared"] <= 232448, f"{name} needs {u['shared']} bytes of shared memory"
         assert u["stack"] == 0 and u["wgmma"] > 0, f"{name}: {u}"

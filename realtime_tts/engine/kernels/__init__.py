@@ -18,12 +18,10 @@ from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue
 from realtime_tts.engine.kernels.embed import embed, embed_ref
 from realtime_tts.engine.kernels.gemm import (
     GEMM_CONFIG,
-    QKV_CONFIG,
     SWIGLU_CONFIG,
     GemmConfig,
     gemm,
     interleave_gate_up,
-    qkv_gemm,
     swiglu_gemm,
     swiglu_gemm_ref,
 )
@@ -36,7 +34,6 @@ from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
 __all__ = [
     "ATTENTION_MODES",
     "GEMM_CONFIG",
-    "QKV_CONFIG",
     "SWIGLU_CONFIG",
     "GemmConfig",
     "add_rms_norm",
@@ -55,7 +52,6 @@ __all__ = [
     "norm_rope_attention",
     "qk_norm_rope",
     "qk_norm_rope_ref",
-    "qkv_gemm",
     "rms_norm",
     "rms_norm_ref",
     "rope_cos_sin",

@@ -351,7 +351,7 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
                         heads_per_program: int | None = None, block_m: int = 64, block_n: int = 32,
                         num_warps: int = 4, num_stages: int = 3, k_tokens_per_program: int = 2,
                         angles: tuple[torch.Tensor, torch.Tensor] | None = None,
-                        q_rope_join: bool = True, k_ready: bool = False) -> torch.Tensor:
+                        q_rope_join: bool = True) -> torch.Tensor:
     """varlen_attention(qk_norm_rope(q, k)) on the raw projections, by one of ATTENTION_MODES (the signature
     of varlen_attention_rope plus the strategy; tiles from attention_tiles with the same block_m):
 
@@ -363,14 +363,11 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
               sharing as in split.
     fused   — varlen_attention_rope: q and k untouched, every K tile re-normalised per query tile and head
               (cheapest at small token counts only).
-    k_ready (q_fused only): k already holds rope(rms_norm(k) × k_weight) (gemm.qkv_gemm's epilogue did it).
     """
     if mode == "fused":
         return varlen_attention_rope(q, k, v, cu_seqlens, max_seqlen, tiles, q_weight, k_weight, positions,
                                      cos_table, sin_table, eps, scale=scale, out=out, block_m=block_m,
                                      block_n=block_n, num_warps=num_warps, num_stages=num_stages)
-    if k_ready and mode != "q_fused":
-        raise ValueError(f"k_ready goes with mode 'q_fused' only, not {mode!r}")
     heads = _heads_per_program(q.shape[1], k.shape[1], heads_per_program)
     if mode == "split":
         cos, sin = (cos_table[positions], sin_table[positions]) if angles is None else angles  # [N, D]
@@ -379,8 +376,7 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
                                     heads_per_program=heads, block_m=block_m, block_n=block_n,
                                     num_warps=num_warps, num_stages=num_stages)
     if mode == "q_fused":
-        if not k_ready:
-            head_norm_rope(k, k_weight, positions, cos_table, sin_table, eps, tokens_per_program=k_tokens_per_program)
+        head_norm_rope(k, k_weight, positions, cos_table, sin_table, eps, tokens_per_program=k_tokens_per_program)
         return varlen_attention_gqa(q, k, v, cu_seqlens, max_seqlen, tiles, q_weight, positions, cos_table,
                                     sin_table, eps, scale=scale, out=out, heads_per_program=heads,
                                     block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,

@@ -15,8 +15,6 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from realtime_tts.engine.kernels.rope import norm_rope_halves
-
 
 @dataclass(frozen=True, slots=True)
 class GemmConfig:
@@ -50,9 +48,6 @@ class GemmConfig:
 # 128 x (2·128) tiles; the plain GEMM 128 x 256 (the down and o projections' N = 1024).
 SWIGLU_CONFIG = GemmConfig(128, 128, 64, 8, 3, 16, True)
 GEMM_CONFIG = GemmConfig(128, 256, 64, 8, 3, 8, True)
-# qkv_gemm's k-head epilogue needs 32 KB of shared memory for its layout changes: 3 stages of 128 x 256 would
-# need 246 KB (sm_90: 227), so 2.
-QKV_CONFIG = GemmConfig(128, 256, 64, 8, 2, 8, True)
 
 
 @triton.jit
@@ -135,55 +130,6 @@ def _gemm_kernel(x_desc, w_desc, out_desc, M, N: tl.constexpr, K: tl.constexpr, 
             if tile < STATIC_TILES:
                 _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
                            GROUP_M)
-
-
-@triton.jit
-def _qkv_tile(x_desc, w_desc, out_desc, kw_ptr, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps, M, tile, num_pid_m,
-              num_pid_n, K: tl.constexpr, K_START: tl.constexpr, K_END: tl.constexpr, HEAD_DIM: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        acc = tl.dot(x_desc.load([off_m, k]), w_desc.load([off_n, k]).T, acc)
-    dt = out_desc.dtype
-    if (off_n >= K_START) & (off_n < K_END):  # whole k heads: RMSNorm × weight, then RoPE (head_norm_rope's)
-        HEADS: tl.constexpr = BLOCK_N // HEAD_DIM
-        HALF: tl.constexpr = HEAD_DIM // 2
-        x = acc.to(dt).to(tl.float32)  # the projection's rounding, as head_norm_rope reads it back
-        x1, x2 = tl.split(tl.permute(tl.reshape(x, [BLOCK_M, HEADS, 2, HALF]), (0, 1, 3, 2)))  # [BM, HEADS, HALF]
-        dims = tl.arange(0, HALF)
-        w1 = tl.load(kw_ptr + dims).to(tl.float32)[None, None, :]
-        w2 = tl.load(kw_ptr + HALF + dims).to(tl.float32)[None, None, :]
-        rows = off_m + tl.arange(0, BLOCK_M)
-        pos = tl.load(pos_ptr + rows, mask=rows < M, other=0).to(tl.int64)
-        c = tl.load(cos_ptr + pos[:, None] * stride_tab + dims[None, :]).to(tl.float32)[:, None, :]  # [BM, 1, HALF]
-        sn = tl.load(sin_ptr + pos[:, None] * stride_tab + dims[None, :]).to(tl.float32)[:, None, :]
-        r1, r2 = norm_rope_halves(x1, x2, w1, w2, c, c, sn, sn, eps, dt, HEAD_DIM, 2)
-        y = tl.reshape(tl.permute(tl.join(r1, r2), (0, 1, 3, 2)), [BLOCK_M, BLOCK_N])
-        out_desc.store([off_m, off_n], y.to(dt))
-    else:
-        out_desc.store([off_m, off_n], acc.to(dt))
-
-
-@triton.jit
-def _qkv_gemm_kernel(x_desc, w_desc, out_desc, kw_ptr, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps, M,
-                     N: tl.constexpr, K: tl.constexpr, K_START: tl.constexpr, K_END: tl.constexpr,
-                     HEAD_DIM: tl.constexpr, NUM_PROGRAMS: tl.constexpr, STATIC_TILES: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """The fused q/k/v projection: out = x @ w.T, with columns [K_START, K_END) (the k heads) normalised and
-    rotated in the epilogue; tiles walked as _gemm_kernel's."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    if STATIC_TILES == 0:
-        for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=True):
-            _qkv_tile(x_desc, w_desc, out_desc, kw_ptr, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps, M, tile,
-                      num_pid_m, num_pid_n, K, K_START, K_END, HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-    else:
-        for first in range(0, STATIC_TILES, NUM_PROGRAMS):
-            tile = first + tl.program_id(0)
-            if tile < STATIC_TILES:
-                _qkv_tile(x_desc, w_desc, out_desc, kw_ptr, pos_ptr, cos_ptr, sin_ptr, stride_tab, eps, M, tile,
-                          num_pid_m, num_pid_n, K, K_START, K_END, HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -270,38 +216,6 @@ def gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None,
     _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, n, k, NUM_PROGRAMS=programs,
                               STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                               BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.num_warps, num_stages=c.num_stages)
-    return out
-
-
-def qkv_gemm(x: torch.Tensor, w_qkv: torch.Tensor, k_weight: torch.Tensor, positions: torch.Tensor,
-             cos_table: torch.Tensor, sin_table: torch.Tensor, eps: float, num_q_heads: int, num_kv_heads: int,
-             out: torch.Tensor | None = None, config: GemmConfig = QKV_CONFIG) -> torch.Tensor:
-    """x [M, K] @ w_qkv [(Hq + 2·Hkv)·D, K].T → [M, (Hq + 2·Hkv)·D] in x's dtype with the k heads already
-    normalised × k_weight and rotated at positions [M] (what head_norm_rope would do to them next; cos/sin
-    tables [max_position, D], rotate-half layout). config.block_n must be a multiple of D and divide Hq·D and
-    Hkv·D, so every tile holds whole heads of one of q, k, v."""
-    _check(x, w_qkv)
-    m, k = x.shape
-    n = w_qkv.shape[0]
-    head_dim = n // (num_q_heads + 2 * num_kv_heads)
-    c = config
-    k_start, k_end = num_q_heads * head_dim, (num_q_heads + num_kv_heads) * head_dim
-    assert c.block_n % head_dim == 0 and k_start % c.block_n == 0 and k_end % c.block_n == 0, \
-        "config.block_n: whole heads, tiles aligned to the q/k/v boundaries"
-    assert cos_table.stride(1) == 1 and sin_table.stride(1) == 1 and cos_table.stride(0) == sin_table.stride(0)
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
-    if m == 0:
-        return out
-    x_desc = TensorDescriptor.from_tensor(x, [c.block_m, c.block_k])
-    w_desc = TensorDescriptor.from_tensor(w_qkv, [c.block_n, c.block_k])
-    out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
-    num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n)
-    programs = _programs(num_tiles, x.device, c.persistent)
-    _qkv_gemm_kernel[(programs,)](x_desc, w_desc, out_desc, k_weight, positions, cos_table, sin_table,
-                                  cos_table.stride(0), eps, m, n, k, k_start, k_end, head_dim, NUM_PROGRAMS=programs,
-                                  STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                                  BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.num_warps,
-                                  num_stages=c.num_stages)
     return out
 
 

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
-from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, LAUNCH_OPTIONS, snake_ref
+from realtime_tts.engine.kernels.module_switch import ForwardSwitch
+from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, LAUNCH_OPTIONS, snake_ref, snake_values
 
 
 # The stock decoder runs, per conv: cuDNN's conv, then `out.add_(bias)` (PyTorch adds a cuDNN conv's bias as a
@@ -46,15 +46,9 @@ def _conv_epilogue_kernel(x_ptr, bias_ptr, skip_ptr, alpha_ptr, raw_ptr, y_ptr, 
     if WRITE_RAW:  # the pre-activation is also a later residual unit's skip input
         tl.store(raw_ptr + (b * stride_rb + c64 * stride_rc)[:, None] + t[None, :],
                  v.to(raw_ptr.dtype.element_ty), mask=mask)
-    # Snake1d, op for op as kernels/snake.py computes it (bit-identical to the eager module on the H200).
+    # Snake1d, the Snake kernel's arithmetic (bit-identical to the eager module on the H200)
     alpha = tl.load(alpha_ptr + c, mask=row_ok, other=1.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
-    inv = tl.math.div_rn(tl.full(alpha.shape, 1.0, tl.float32), alpha + 1e-9)
-    ax = alpha * v
-    if PRECISE_SIN:
-        s = libdevice.sin(ax)
-    else:
-        s = tl.sin(ax)
-    y = v + inv * (s * s)
+    y = snake_values(v, alpha, PRECISE_SIN)
     tl.store(y_ptr + (b * stride_yb + c64 * stride_yc)[:, None] + t[None, :], y.to(y_ptr.dtype.element_ty),
              mask=mask)
 
@@ -130,7 +124,7 @@ def _units(block: Any) -> list[Any]:
 def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
     if not (hidden_state.is_cuda or _INTERPRET) or hidden_state.dtype != torch.float32:
         # CPU without the interpreter, or another dtype (the stock ops would round between ops): stock path
-        stock: torch.Tensor = _stock_class(type(self)).forward(self, hidden_state)
+        stock: torch.Tensor = _SWITCH.stock_class(type(self)).forward(self, hidden_state)
         return stock
     blocks: list[Any] = list(self.block)
     # Every Snake1d's alpha in the order the decoder applies them; each conv's epilogue ends in the next one.
@@ -158,17 +152,7 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
     return out_wave
 
 
-_FUSED: dict[type[torch.nn.Module], type[torch.nn.Module]] = {}  # stock DacDecoder class → its fused subclass
-
-
-def _stock_class(cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
-    return cls.__bases__[0] if cls in _FUSED.values() else cls
-
-
-def _fused_class(stock: type[torch.nn.Module]) -> type[torch.nn.Module]:
-    if stock not in _FUSED:
-        _FUSED[stock] = type("Fused" + stock.__name__, (stock,), {"forward": _fused_forward, "__module__": __name__})
-    return _FUSED[stock]
+_SWITCH = ForwardSwitch(_fused_forward, __name__)
 
 
 def _is_snake(m: object, channels: int) -> bool:
@@ -185,7 +169,7 @@ def _is_dac_decoder(module: Any) -> bool:
     """DAC's decoder in exactly the layout the fused forward walks: conv1, blocks of (Snake1d, ConvTranspose1d,
     three residual units of Snake1d, Conv1d, Snake1d, Conv1d), Snake1d, conv2 — all with their stock forwards
     and no hooks (a forward pre-hook, e.g. old-style weight norm, would be skipped by the fused walk)."""
-    if _stock_class(type(module)).__name__ != "DacDecoder":
+    if _SWITCH.stock_class(type(module)).__name__ != "DacDecoder":
         return False
     if any(m._forward_hooks or m._forward_pre_hooks for m in module.modules()):
         return False
@@ -219,13 +203,4 @@ def use_fused_codec(model: torch.nn.Module, enabled: bool = True) -> int:
     forward reads the decoder's Snake1d alphas itself, so it does not matter whether use_fused_snake switched
     those modules; the encoder's Snake1d modules are use_fused_snake's alone.
     """
-    changed = 0
-    for module in model.modules():
-        if not _is_dac_decoder(module):
-            continue
-        stock = _stock_class(type(module))
-        target = _fused_class(stock) if enabled else stock
-        if type(module) is not target:
-            module.__class__ = target
-            changed += 1
-    return changed
+    return _SWITCH.apply(model, _is_dac_decoder, enabled)

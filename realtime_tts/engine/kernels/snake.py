@@ -15,9 +15,26 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from realtime_tts.engine.kernels.module_switch import ForwardSwitch
+
 # Triton's interpreter has no libdevice: there the kernel takes tl.sin (numpy's sin), on CUDA it takes
 # libdevice's __nv_sinf, the same full-precision sinf torch's eager sin calls.
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def snake_values(x, alpha, PRECISE_SIN: tl.constexpr):
+    """The one place the Snake arithmetic lives (this kernel and the codec's conv epilogues call it): x and
+    alpha in fp32 (alpha broadcast per channel) → x + 1/(alpha + 1e-9) · sin(alpha·x)², in the eager module's op
+    order and roundings: reciprocal(alpha + 1e-9) (IEEE division, as torch's), sin(alpha·x), squared by a product
+    (torch's pow(2)), times the reciprocal, plus x (launch with LAUNCH_OPTIONS: no FMA contraction)."""
+    inv = tl.math.div_rn(tl.full(alpha.shape, 1.0, tl.float32), alpha + 1e-9)
+    ax = alpha * x
+    if PRECISE_SIN:
+        s = libdevice.sin(ax)
+    else:
+        s = tl.sin(ax)
+    return x + inv * (s * s)
 
 
 # Sizes are not specialised on (only the tile shape is), so a new codec length does not compile a new variant.
@@ -35,15 +52,7 @@ def _snake_kernel(x_ptr, alpha_ptr, out_ptr, num_rows, num_channels, length, str
     mask = row_ok[:, None] & (t < length)[None, :]
     x_off = (b * stride_xb + c.to(tl.int64) * stride_xc)[:, None] + t[None, :]
     x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
-    # The eager module's op order and roundings: reciprocal(alpha + 1e-9) (IEEE division, as torch's),
-    # sin(alpha·x), squared by a product (torch's pow(2)), times the reciprocal, plus x (no FMA: see the launch).
-    inv = tl.math.div_rn(tl.full(alpha.shape, 1.0, tl.float32), alpha + 1e-9)
-    ax = alpha * x
-    if PRECISE_SIN:
-        s = libdevice.sin(ax)
-    else:
-        s = tl.sin(ax)
-    y = x + inv * (s * s)
+    y = snake_values(x, alpha, PRECISE_SIN)
     out_off = (b * stride_ob + c.to(tl.int64) * stride_oc)[:, None] + t[None, :]
     tl.store(out_ptr + out_off, y.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -96,27 +105,17 @@ def _fused_forward(self: torch.nn.Module, hidden_states: torch.Tensor) -> torch.
     alpha: torch.Tensor = self.alpha  # type: ignore[assignment]
     if hidden_states.is_cuda or _INTERPRET:
         return snake(hidden_states, alpha)
-    stock_forward = _stock_class(type(self)).forward  # CPU without the interpreter: transformers' path
+    stock_forward = _SWITCH.stock_class(type(self)).forward  # CPU without the interpreter: transformers' path
     out: torch.Tensor = stock_forward(self, hidden_states)
     return out
 
 
-_FUSED: dict[type[torch.nn.Module], type[torch.nn.Module]] = {}  # stock Snake1d class → its fused subclass
-
-
-def _stock_class(cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
-    return cls.__bases__[0] if cls in _FUSED.values() else cls
-
-
-def _fused_class(stock: type[torch.nn.Module]) -> type[torch.nn.Module]:
-    if stock not in _FUSED:
-        _FUSED[stock] = type("Fused" + stock.__name__, (stock,), {"forward": _fused_forward, "__module__": __name__})
-    return _FUSED[stock]
+_SWITCH = ForwardSwitch(_fused_forward, __name__)
 
 
 def _is_snake(module: torch.nn.Module) -> bool:
     alpha = getattr(module, "alpha", None)
-    return (_stock_class(type(module)).__name__ == "Snake1d" and isinstance(alpha, torch.Tensor)
+    return (_SWITCH.stock_class(type(module)).__name__ == "Snake1d" and isinstance(alpha, torch.Tensor)
             and alpha.dim() == 3 and alpha.shape[0] == 1 and alpha.shape[2] == 1)
 
 
@@ -127,13 +126,4 @@ def use_fused_snake(model: torch.nn.Module, enabled: bool = True) -> int:
     In place, by class: each module becomes an instance of a subclass of its own Snake1d class that only
     overrides forward, so it keeps its alpha Parameter, state-dict keys and isinstance checks. Idempotent.
     """
-    changed = 0
-    for module in model.modules():
-        if not _is_snake(module):
-            continue
-        stock = _stock_class(type(module))
-        target = _fused_class(stock) if enabled else stock
-        if type(module) is not target:
-            module.__class__ = target
-            changed += 1
-    return changed
+    return _SWITCH.apply(model, _is_snake, enabled)

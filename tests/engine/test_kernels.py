@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+import importlib
+from typing import Any
 
 import pytest
 import torch
 
 triton = pytest.importorskip("triton")
+
+import sm90  # tests/engine/sm90.py
 
 from realtime_tts.engine import kernels
 
@@ -357,55 +357,27 @@ def test_norm_rope_attention_at_omnivoice_size_on_gpu(mode: str, block: tuple[in
 
 # Compiles bulk attention configs for sm_90 (the H200) with the Triton wheel's own ptxas, no GPU needed, the
 # pointer and stride arguments marked 16-divisible as the JIT specialises them at the real shapes.
-_SM90_COMPILE = r"""
-import json, os, re, subprocess, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from realtime_tts.engine.kernels import attention
-
-fn = attention._varlen_gqa_fwd_kernel
-ptr = {"cu_ptr": "*i32", "tiles_ptr": "*i32", "pos_ptr": "*i64", "cos_ptr": "*fp32", "sin_ptr": "*fp32"}
-sig = {n: ("constexpr" if n.isupper() else ptr.get(n, "*bf16") if n.endswith("_ptr")
-           else "i32" if n.startswith("stride") else "fp32") for n in fn.arg_names}
-attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n.endswith("_ptr") or
-         n.startswith("stride")}
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-out = {}
-for heads, bm, bn, warps, stages in json.loads(sys.argv[1]):
+def _attention_build(heads: int, bm: int, bn: int, warps: int, stages: int) -> dict[str, Any]:
+    fn = importlib.import_module("realtime_tts.engine.kernels.attention")._varlen_gqa_fwd_kernel
+    ptr = {"cu_ptr": "*i32", "tiles_ptr": "*i32", "pos_ptr": "*i64", "cos_ptr": "*fp32", "sin_ptr": "*fp32"}
+    sig = {n: ("constexpr" if n.isupper() else ptr.get(n, "*bf16") if n.endswith("_ptr")
+               else "i32" if n.startswith("stride") else "fp32") for n in fn.arg_names}
     consts = {"STATIC_N_END": 0, "GROUP": 2, "HEADS": heads, "HEAD_DIM": 128, "BLOCK_M": bm, "BLOCK_N": bn,
               "NORM_Q": True, "Q_JOIN": True}
-    k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-    ptx = k.asm["ptx"]
-    out[f"{heads}/{bm}x{bn}w{warps}s{stages}"] = {
-        "regs": int(re.search(r"REG:(\d+)", usage).group(1)), "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
-        "wgmma": ptx.count("wgmma.mma_async"), "cp_async": ptx.count("cp.async.cg") + ptx.count("cp.async.ca")}
-print(json.dumps(out))
-"""
+    return {"kernel": "realtime_tts.engine.kernels.attention:_varlen_gqa_fwd_kernel", "signature": sig,
+            "constexprs": consts, "options": {"num_warps": warps, "num_stages": stages},
+            "divisible": [n for n in fn.arg_names if n.endswith("_ptr") or n.startswith("stride")]}
 
 
 @pytest.mark.slow
 def test_q_fused_gqa_attention_compiles_for_sm90_without_spills() -> None:
     """The q_fused GQA kernel at the bench's main bulk configs: tensor-core wgmma, K/V loads pipelined through
     cp.async, no register spills."""
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(cuobjdump):
-        pytest.skip("this Triton wheel carries no NVIDIA toolchain")
     configs = [(2, 32, 64, 4, 3), (2, 64, 32, 8, 3)]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _SM90_COMPILE, json.dumps(configs)], check=False,
-                          capture_output=True, text=True, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    usage = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(usage) == len(configs)
-    for name, u in usage.items():
-        assert u["stack"] == 0, f"{name} spills registers: {u}"
-        assert u["wgmma"] > 0 and u["cp_async"] > 0, f"{name}: {u}"
+    for config, u in zip(configs, sm90.build([_attention_build(*c) for c in configs]), strict=True):
+        assert u["stack"] == 0, f"{config} spills registers"
+        assert u["ptx"].count("wgmma.mma_async") > 0, config
+        assert u["ptx"].count("cp.async.cg") + u["ptx"].count("cp.async.ca") > 0, config
 
 
 GEMM_DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
@@ -469,54 +441,25 @@ def test_swiglu_gemm_at_omnivoice_size_on_gpu() -> None:
     assert rel_err(out, kernels.silu_mul(gu[:, :3072], gu[:, 3072:])) < 1e-2
 
 
-_SM90_GEMM_COMPILE = r"""
-import importlib, json, os, re, subprocess, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-gemm = importlib.import_module("realtime_tts.engine.kernels.gemm")
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-
-def build(fn, descs, consts, c):
+def _gemm_build(kernel: str, config: kernels.GemmConfig, w_rows: int, n: int, k: int) -> dict[str, Any]:
+    descs = {"x_desc": (config.block_m, config.block_k), "w_desc": (w_rows, config.block_k),
+             "out_desc": (config.block_m, config.block_n)}
+    fn = getattr(importlib.import_module("realtime_tts.engine.kernels.gemm"), kernel)
     sig = {name: f"tensordesc<bf16[{rows}, {cols}]>" for name, (rows, cols) in descs.items()} | {"M": "i32"}
-    sig |= {n: "constexpr" for n in fn.arg_names if n not in sig}
-    consts |= {"NUM_PROGRAMS": 132, "STATIC_TILES": 0, "BLOCK_M": c.block_m, "BLOCK_N": c.block_n,
-               "BLOCK_K": c.block_k, "GROUP_M": c.group_m}
-    k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, {}),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": c.num_warps, "num_stages": c.num_stages})
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-    return {"shared": k.metadata.shared, "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
-            "wgmma": k.asm["ptx"].count("wgmma.mma_async")}
-
-
-out = {}
-c = gemm.GEMM_CONFIG
-descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
-out["gemm"] = build(gemm._gemm_kernel, descs, {"N": 1024, "K": 3072}, c)
-c = gemm.SWIGLU_CONFIG
-descs = {"x_desc": (c.block_m, c.block_k), "w_desc": (2 * c.block_n, c.block_k), "out_desc": (c.block_m, c.block_n)}
-out["swiglu"] = build(gemm._swiglu_gemm_kernel, descs, {"N": 3072, "K": 1024}, c)
-print(json.dumps(out))
-"""
+    sig |= {name: "constexpr" for name in fn.arg_names if name not in sig}
+    consts = {"N": n, "K": k, "NUM_PROGRAMS": 132, "STATIC_TILES": 0, "BLOCK_M": config.block_m,
+              "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_M": config.group_m}
+    return {"kernel": f"realtime_tts.engine.kernels.gemm:{kernel}", "signature": sig, "constexprs": consts,
+            "options": {"num_warps": config.num_warps, "num_stages": config.num_stages}}
 
 
 @pytest.mark.slow
 def test_gemm_kernels_compile_for_sm90_within_shared_memory() -> None:
     """The default GEMM configs at the backbone's shapes, compiled for sm_90 here (no GPU needed): within the
     H100/H200 227 KB of shared memory per block (a launch over it fails only on the device), wgmma, no spills."""
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(cuobjdump):
-        pytest.skip("this Triton wheel carries no NVIDIA toolchain")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _SM90_GEMM_COMPILE], check=False, capture_output=True, text=True,
-                          env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    usage = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(usage) == {"gemm", "swiglu"}
-    for name, u in usage.items():
+    g, sw = kernels.GEMM_CONFIG, kernels.SWIGLU_CONFIG
+    specs = {"gemm": _gemm_build("_gemm_kernel", g, g.block_n, 1024, 3072),
+             "swiglu": _gemm_build("_swiglu_gemm_kernel", sw, 2 * sw.block_n, 3072, 1024)}
+    for name, u in zip(specs, sm90.build(list(specs.values())), strict=True):
         assert u["shared"] <= 232448, f"{name} needs {u['shared']} bytes of shared memory"
-        assert u["stack"] == 0 and u["wgmma"] > 0, f"{name}: {u}"
+        assert u["stack"] == 0 and u["ptx"].count("wgmma.mma_async") > 0, name

@@ -3,10 +3,8 @@ on CUDA native. Shapes are small; the cases are the ones a tiled kernel with a p
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+import importlib
+from typing import Any
 
 import pytest
 import torch
@@ -14,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 triton = pytest.importorskip("triton")
+
+import sm90  # tests/engine/sm90.py
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.kernels.scoring import cfg_log_probs_ref
@@ -142,55 +142,26 @@ def test_cfg_argmax_property(vocab: int, items: int, per_item: int, rows: int, b
 # Builds the tiled kernel for sm_90 (the H200) with the Triton wheel's own ptxas, no GPU needed: the compiled
 # path (the ex2.ftz inline PTX, which the interpreter never runs) must build, and the default config must keep
 # its design: no register spills, no barrier (each row stays inside one warp), the .ftz exp only.
-_SM90_COMPILE = r"""
-import json, os, re, subprocess, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from realtime_tts.engine.kernels import scoring
-
-fn = scoring._cfg_argmax_rows_kernel
-out = {}
-for dtype, last, mask_is_last, rows, warps in json.loads(sys.argv[1]):
+def _rows_build(dtype: str, last: int, mask_is_last: bool, rows: int, warps: int) -> dict[str, Any]:
+    arg_names = importlib.import_module("realtime_tts.engine.kernels.scoring")._cfg_argmax_rows_kernel.arg_names
     ptr = {"c_ptr": dtype, "u_ptr": dtype, "g_ptr": "*fp32", "pred_ptr": "*i64", "conf_ptr": "*fp32"}
-    sig = {n: "constexpr" if n.isupper() else ptr.get(n, "i32") for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n.endswith("_ptr")}
     main = triton.next_power_of_2(last)
-    consts = {"LAST": last, "MAIN": main, "LANES": min(main, 32), "ROWS": rows, "MASK_IS_LAST": mask_is_last,
-              "FTZ": True}
-    k = triton.compile(ASTSource(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-    ptx = k.asm["ptx"]
-    out[f"{dtype}/{last}/{mask_is_last}/r{rows}w{warps}"] = {
-        "regs": int(re.search(r"REG:(\d+)", usage).group(1)),
-        "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
-        "ex2_ftz": ptx.count("ex2.approx.ftz.f32"), "ex2": ptx.count("ex2.approx.f32"),
-        "bar": ptx.count("bar.sync") + ptx.count("barrier.sync")}
-print(json.dumps(out))
-"""
+    return {"kernel": "realtime_tts.engine.kernels.scoring:_cfg_argmax_rows_kernel",
+            "signature": {n: "constexpr" if n.isupper() else ptr.get(n, "i32") for n in arg_names},
+            "constexprs": {"LAST": last, "MAIN": main, "LANES": min(main, 32), "ROWS": rows,
+                           "MASK_IS_LAST": mask_is_last, "FTZ": True},
+            "options": {"num_warps": warps}, "divisible": [n for n in arg_names if n.endswith("_ptr")]}
 
 
 @pytest.mark.slow
 def test_rows_kernel_compiles_for_sm90_without_spills_or_barriers() -> None:
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(cuobjdump):
-        pytest.skip("this Triton wheel carries no NVIDIA toolchain")
     # the default config at V = 1025 (bf16 and fp32 logits), and a general vocab with MASK inside the tile
     configs = [("*bf16", 1024, True, 1, 1), ("*fp32", 1024, True, 1, 1), ("*fp32", 36, False, 2, 1)]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _SM90_COMPILE, json.dumps(configs)], check=False,
-                          capture_output=True, text=True, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    usage = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(usage) == len(configs)
-    for name, u in usage.items():
-        assert u["stack"] == 0, f"{name} spills registers: {u}"
-        assert u["bar"] == 0, f"{name} reduces across warps: {u}"
-        assert u["ex2_ftz"] > 0 and u["ex2"] == 0, f"{name}: {u}"
+    built = sm90.build([_rows_build(*c) for c in configs])
+    for config, u in zip(configs, built, strict=True):
+        ptx = u["ptx"]
+        assert u["stack"] == 0, f"{config} spills registers"
+        assert ptx.count("bar.sync") + ptx.count("barrier.sync") == 0, f"{config} reduces across warps"
+        assert ptx.count("ex2.approx.ftz.f32") > 0 and ptx.count("ex2.approx.f32") == 0, config
     # V = 1025 in 1024 lanes + 1 column: 3 exps per lane element and per peeled column, 32 lanes per thread
-    assert usage["*bf16/1024/True/r1w1"]["ex2_ftz"] == 3 * (1024 // 32 + 1)
+    assert built[0]["ptx"].count("ex2.approx.ftz.f32") == 3 * (1024 // 32 + 1)

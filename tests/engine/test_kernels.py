@@ -441,15 +441,16 @@ def test_swiglu_gemm_at_omnivoice_size_on_gpu() -> None:
     assert rel_err(out, kernels.silu_mul(gu[:, :3072], gu[:, 3072:])) < 1e-2
 
 
-def _gemm_build(kernel: str, config: kernels.GemmConfig, w_rows: int, n: int, k: int) -> dict[str, Any]:
+def _gemm_build(config: kernels.GemmConfig, swiglu: bool, n: int, k: int) -> dict[str, Any]:
+    w_rows = 2 * config.block_n if swiglu else config.block_n
     descs = {"x_desc": (config.block_m, config.block_k), "w_desc": (w_rows, config.block_k),
              "out_desc": (config.block_m, config.block_n)}
-    fn = getattr(importlib.import_module("realtime_tts.engine.kernels.gemm"), kernel)
+    fn = importlib.import_module("realtime_tts.engine.kernels.gemm")._gemm_kernel
     sig = {name: f"tensordesc<bf16[{rows}, {cols}]>" for name, (rows, cols) in descs.items()} | {"M": "i32"}
     sig |= {name: "constexpr" for name in fn.arg_names if name not in sig}
     consts = {"N": n, "K": k, "NUM_PROGRAMS": 132, "STATIC_TILES": 0, "BLOCK_M": config.block_m,
-              "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_M": config.group_m}
-    return {"kernel": f"realtime_tts.engine.kernels.gemm:{kernel}", "signature": sig, "constexprs": consts,
+              "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_M": config.group_m, "SWIGLU": swiglu}
+    return {"kernel": "realtime_tts.engine.kernels.gemm:_gemm_kernel", "signature": sig, "constexprs": consts,
             "options": {"num_warps": config.num_warps, "num_stages": config.num_stages}}
 
 
@@ -458,8 +459,7 @@ def test_gemm_kernels_compile_for_sm90_within_shared_memory() -> None:
     """The default GEMM configs at the backbone's shapes, compiled for sm_90 here (no GPU needed): within the
     H100/H200 227 KB of shared memory per block (a launch over it fails only on the device), wgmma, no spills."""
     g, sw = kernels.GEMM_CONFIG, kernels.SWIGLU_CONFIG
-    specs = {"gemm": _gemm_build("_gemm_kernel", g, g.block_n, 1024, 3072),
-             "swiglu": _gemm_build("_swiglu_gemm_kernel", sw, 2 * sw.block_n, 3072, 1024)}
+    specs = {"gemm": _gemm_build(g, False, 1024, 3072), "swiglu": _gemm_build(sw, True, 3072, 1024)}
     for name, u in zip(specs, sm90.build(list(specs.values())), strict=True):
         assert u["shared"] <= 232448, f"{name} needs {u['shared']} bytes of shared memory"
         assert u["stack"] == 0 and u["ptx"].count("wgmma.mma_async") > 0, name

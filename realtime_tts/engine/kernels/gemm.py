@@ -64,72 +64,49 @@ def _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
-def _swiglu_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def _tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SWIGLU: tl.constexpr):
     off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
     dt = out_desc.dtype
-    # one [BLOCK_M, 2·BLOCK_N] product per tile: the weight rows of output band j are gate rows then up rows
-    # (interleave_gate_up), so a single wide dot feeds both halves
-    acc = tl.zeros([BLOCK_M, 2 * BLOCK_N], dtype=tl.float32)
+    # SWIGLU: one [BLOCK_M, 2·BLOCK_N] product per tile: the weight rows of output band j are gate rows then up
+    # rows (interleave_gate_up), so a single wide dot feeds both halves
+    W_ROWS: tl.constexpr = 2 * BLOCK_N if SWIGLU else BLOCK_N
+    w_row = 2 * off_n if SWIGLU else off_n
+    acc = tl.zeros([BLOCK_M, W_ROWS], dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
-        acc = tl.dot(x_desc.load([off_m, k]), w_desc.load([2 * off_n, k]).T, acc)
-    g, u = tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N]), (0, 2, 1)))  # 2 × [BLOCK_M, BLOCK_N]
-    g = g.to(dt).to(tl.float32)
-    u = u.to(dt).to(tl.float32)
-    act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
-    out_desc.store([off_m, off_n], (act * u).to(dt))
-
-
-@triton.jit
-def _swiglu_gemm_kernel(x_desc, w_desc, out_desc, M, N: tl.constexpr, K: tl.constexpr,
-                        NUM_PROGRAMS: tl.constexpr, STATIC_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """out[M, N] = silu(x @ gate.T) * (x @ up.T) from the interleaved weight, each product rounded to out's
-    dtype first (the eager layers' roundings: gate and up come out of their matmuls in the activation dtype,
-    silu is rounded before the product). Tiles past M or N read zeros and are clipped on store by the
-    descriptors. STATIC_TILES: the tile count as a constant, for Triton's interpreter (its loops need Python
-    bounds); 0 on the GPU."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    if STATIC_TILES == 0:
-        for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=True):
-            _swiglu_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                         GROUP_M)
+        acc = tl.dot(x_desc.load([off_m, k]), w_desc.load([w_row, k]).T, acc)
+    if SWIGLU:
+        g, u = tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N]), (0, 2, 1)))  # 2 × [BLOCK_M, BLOCK_N]
+        g = g.to(dt).to(tl.float32)
+        u = u.to(dt).to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+        out_desc.store([off_m, off_n], (act * u).to(dt))
     else:
-        for first in range(0, STATIC_TILES, NUM_PROGRAMS):
-            tile = first + tl.program_id(0)
-            if tile < STATIC_TILES:
-                _swiglu_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                             GROUP_M)
-
-
-@triton.jit
-def _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        acc = tl.dot(x_desc.load([off_m, k]), w_desc.load([off_n, k]).T, acc)
-    out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+        out_desc.store([off_m, off_n], acc.to(dt))
 
 
 @triton.jit
 def _gemm_kernel(x_desc, w_desc, out_desc, M, N: tl.constexpr, K: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
                  STATIC_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 GROUP_M: tl.constexpr):
-    """out[M, N] = x @ w.T (fp32 accumulation, rounded once to out's dtype); tiles walked as above."""
+                 GROUP_M: tl.constexpr, SWIGLU: tl.constexpr):
+    """out[M, N] = x @ w.T (fp32 accumulation, rounded once to out's dtype), or with SWIGLU
+    silu(x @ gate.T) * (x @ up.T) from the interleaved weight, each product rounded to out's dtype first (the
+    eager layers' roundings: gate and up come out of their matmuls in the activation dtype, silu is rounded
+    before the product). Tiles past M or N read zeros and are clipped on store by the descriptors.
+    STATIC_TILES: the tile count as a constant, for Triton's interpreter (its loops need Python bounds); 0 on
+    the GPU."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     if STATIC_TILES == 0:
         for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=True):
-            _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                       GROUP_M)
+            _tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  SWIGLU)
     else:
         for first in range(0, STATIC_TILES, NUM_PROGRAMS):
             tile = first + tl.program_id(0)
             if tile < STATIC_TILES:
-                _gemm_tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                           GROUP_M)
+                _tile(x_desc, w_desc, out_desc, tile, num_pid_m, num_pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                      SWIGLU)
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -190,10 +167,10 @@ def swiglu_gemm(x: torch.Tensor, w_tiles: torch.Tensor, inter: int, out: torch.T
     out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
     num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(inter, c.block_n)
     programs = _programs(num_tiles, x.device, c.persistent)
-    _swiglu_gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, inter, k, NUM_PROGRAMS=programs,
-                                     STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                                     BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.num_warps,
-                                     num_stages=c.num_stages)
+    _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, inter, k, NUM_PROGRAMS=programs,
+                              STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                              BLOCK_K=c.block_k, GROUP_M=c.group_m, SWIGLU=True, num_warps=c.num_warps,
+                              num_stages=c.num_stages)
     return out
 
 
@@ -215,7 +192,8 @@ def gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None,
     programs = _programs(num_tiles, x.device, c.persistent)
     _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, n, k, NUM_PROGRAMS=programs,
                               STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                              BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.num_warps, num_stages=c.num_stages)
+                              BLOCK_K=c.block_k, GROUP_M=c.group_m, SWIGLU=False, num_warps=c.num_warps,
+                              num_stages=c.num_stages)
     return out
 
 

@@ -137,6 +137,21 @@ def _check(x: torch.Tensor, w: torch.Tensor) -> None:
     assert x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
 
 
+def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, c: GemmConfig, swiglu: bool) -> None:
+    """_gemm_kernel over out [M, N] (N = out's columns; with swiglu w holds 2·block_n rows per band)."""
+    m, k = x.shape
+    n = out.shape[1]
+    x_desc = TensorDescriptor.from_tensor(x, [c.block_m, c.block_k])
+    w_desc = TensorDescriptor.from_tensor(w, [2 * c.block_n if swiglu else c.block_n, c.block_k])
+    out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
+    num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n)
+    programs = _programs(num_tiles, x.device, c.persistent)
+    _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, n, k, NUM_PROGRAMS=programs,
+                              STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                              BLOCK_K=c.block_k, GROUP_M=c.group_m, SWIGLU=swiglu, num_warps=c.num_warps,
+                              num_stages=c.num_stages)
+
+
 def interleave_gate_up(gate_up: torch.Tensor, block_n: int) -> torch.Tensor:
     """gate_up [2I, K] (gate rows, then up rows) → [2·I', K] for swiglu_gemm with this block_n: band j holds
     gate rows j·block_n.. then the matching up rows; I' = I rounded up to block_n (zero rows pad the last band,
@@ -155,22 +170,14 @@ def swiglu_gemm(x: torch.Tensor, w_tiles: torch.Tensor, inter: int, out: torch.T
     """x [M, K] and w_tiles = interleave_gate_up(gate_up, config.block_n) → silu(x @ gate.T) * (x @ up.T)
     [M, inter] in x's dtype, with no [M, 2I] intermediate. No host syncs (graph-capturable)."""
     _check(x, w_tiles)
-    m, k = x.shape
+    m = x.shape[0]
     c = config
     assert w_tiles.shape[0] == 2 * c.block_n * triton.cdiv(inter, c.block_n), "w_tiles: interleave_gate_up " \
         "with this config's block_n"
     out = torch.empty(m, inter, dtype=x.dtype, device=x.device) if out is None else out
     if m == 0:
         return out
-    x_desc = TensorDescriptor.from_tensor(x, [c.block_m, c.block_k])
-    w_desc = TensorDescriptor.from_tensor(w_tiles, [2 * c.block_n, c.block_k])
-    out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
-    num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(inter, c.block_n)
-    programs = _programs(num_tiles, x.device, c.persistent)
-    _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, inter, k, NUM_PROGRAMS=programs,
-                              STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                              BLOCK_K=c.block_k, GROUP_M=c.group_m, SWIGLU=True, num_warps=c.num_warps,
-                              num_stages=c.num_stages)
+    _launch(x, w_tiles, out, c, swiglu=True)
     return out
 
 
@@ -179,21 +186,11 @@ def gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None,
     """x [M, K] @ w [N, K].T → [M, N] in x's dtype: the Triton twin of torch.matmul(x, w.t()) that
     bench/omnivoice_gemm.py ranks against cuBLAS (how fast this kernel's make is at plain GEMMs)."""
     _check(x, w)
-    m, k = x.shape
-    n = w.shape[0]
+    m, n = x.shape[0], w.shape[0]
     out = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
     if m == 0:
         return out
-    c = config
-    x_desc = TensorDescriptor.from_tensor(x, [c.block_m, c.block_k])
-    w_desc = TensorDescriptor.from_tensor(w, [c.block_n, c.block_k])
-    out_desc = TensorDescriptor.from_tensor(out, [c.block_m, c.block_n])
-    num_tiles = triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n)
-    programs = _programs(num_tiles, x.device, c.persistent)
-    _gemm_kernel[(programs,)](x_desc, w_desc, out_desc, m, n, k, NUM_PROGRAMS=programs,
-                              STATIC_TILES=_static_tiles(num_tiles), BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                              BLOCK_K=c.block_k, GROUP_M=c.group_m, SWIGLU=False, num_warps=c.num_warps,
-                              num_stages=c.num_stages)
+    _launch(x, w, out, config, swiglu=False)
     return out
 
 

@@ -227,7 +227,11 @@ ATTN_VARIANTS = [("q_fused", 1, 64, 32, 4, 3), ("q_fused", 1, 64, 64, 4, 2),
                  ("q_fused", None, 32, 32, 4, 3), ("q_fused", None, 32, 64, 4, 2), ("q_fused", None, 32, 64, 4, 3),
                  ("q_fused", None, 64, 32, 4, 3), ("q_fused", None, 64, 32, 8, 3), ("q_fused", None, 64, 64, 8, 2),
                  ("q_fused", None, 64, 64, 8, 3), ("q_fused_swap", None, 32, 64, 4, 3),
-                 ("q_fused_swap", None, 64, 64, 8, 2)]
+                 ("q_fused_swap", None, 64, 64, 8, 2),
+                 # not yet measured: wide key blocks (a bulk row of 150-307 tokens in 2-3 blocks instead of 5-10),
+                 # and 16-token q tiles (mma.sync, more programs); all build for sm_90 without spills
+                 # (32x128 at 4 warps and 32x256 at 8 spill, so they are not listed)
+                 ("q_fused", None, 32, 128, 8, 2), ("q_fused", None, 64, 128, 8, 2), ("q_fused", None, 16, 64, 4, 3)]
 
 
 def bench_attention_variants(rec: dict[str, Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 
 import torch
 import triton
@@ -226,10 +225,6 @@ def _varlen_gqa_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_ptr
              out.to(o_ptr.dtype.element_ty), mask=m_valid[:, None])
 
 
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def attention_tiles(cu_seqlens: torch.Tensor, max_tiles: int, block_m: int = 64) -> torch.Tensor:
     """(row, m_block) work list [max_tiles, 2] int32 for varlen_attention, built on the device with fixed
     shapes (no host sync; graph-capturable). max_tiles ≥ num_tokens / block_m + num_rows always suffices."""
@@ -288,7 +283,7 @@ def varlen_attention_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
         q, k, v, out, cu_seqlens, tiles, q_weight, k_weight, positions, cos_table, sin_table,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), cos_table.stride(0), eps, scale * 1.4426950408889634,
-        STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads,
+        STATIC_N_END=max_seqlen if triton.knobs.runtime.interpret else 0, GROUP=num_q_heads // num_kv_heads,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
     return out
 
@@ -335,7 +330,7 @@ def varlen_attention_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), cos_table.stride(0) if cos_table is not None else 0, eps,
         scale * 1.4426950408889634,
-        STATIC_N_END=max_seqlen if _interpreted() else 0, GROUP=num_q_heads // num_kv_heads, HEADS=heads,
+        STATIC_N_END=max_seqlen if triton.knobs.runtime.interpret else 0, GROUP=num_q_heads // num_kv_heads, HEADS=heads,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, NORM_Q=norm_q, Q_JOIN=q_rope_join,
         num_warps=num_warps, num_stages=num_stages)
     return out

@@ -7,7 +7,6 @@ bench can rank it against cuBLAS on the same shapes. Worker processes only (torc
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -126,7 +125,7 @@ def _programs(num_tiles: int, device: torch.device, persistent: bool) -> int:
 
 
 def _static_tiles(num_tiles: int) -> int:
-    return num_tiles if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else 0
+    return num_tiles if triton.knobs.runtime.interpret else 0
 
 
 def _check(x: torch.Tensor, w: torch.Tensor) -> None:

@@ -15,8 +15,6 @@ can time both.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -50,7 +48,7 @@ def _cfg_argmax_kernel(c_ptr, u_ptr, g_ptr, pred_ptr, conf_ptr, stride_c, stride
 
 
 # Triton's interpreter runs no inline PTX: there exp is tl.exp (numpy's).
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_INTERPRET = triton.knobs.runtime.interpret  # Triton's own reading of TRITON_INTERPRET
 _LOG2E = tl.constexpr(1.4426950408889634)
 
 

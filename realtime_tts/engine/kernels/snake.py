@@ -8,8 +8,6 @@ Worker processes only (torch, triton); never edits or imports from transformers'
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -19,7 +17,7 @@ from realtime_tts.engine.kernels.module_switch import ForwardSwitch
 
 # Triton's interpreter has no libdevice: there the kernel takes tl.sin (numpy's sin), on CUDA it takes
 # libdevice's __nv_sinf, the same full-precision sinf torch's eager sin calls.
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_INTERPRET = triton.knobs.runtime.interpret  # Triton's own reading of TRITON_INTERPRET
 
 
 @triton.jit

@@ -13,6 +13,7 @@ import torch
 triton = pytest.importorskip("triton")
 
 import sm90  # tests/engine/sm90.py
+from tiny_codec import check_graph_replays, tiny_codec
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
@@ -89,20 +90,6 @@ def test_epilogue_is_per_channel() -> None:
     assert (y1 != y0).any(dim=2).any(dim=0).tolist() == [False, True, False, False]
 
 
-def _tiny_codec(tiny_checkpoint: Path, device: str) -> Any:
-    from realtime_tts.model import OmniVoiceModel
-
-    model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device=device)
-    g = torch.Generator().manual_seed(11)
-    with torch.no_grad():  # spread the random checkpoint's alphas (all 1) and biases so mix-ups show
-        for name, p in model.codec.model.named_parameters():
-            if name.endswith("alpha"):
-                p.copy_(0.3 + 1.5 * torch.rand(p.shape, generator=g))
-            elif name.startswith("acoustic_decoder") and name.endswith("bias"):
-                p.copy_(0.2 * torch.randn(p.shape, generator=g))
-    return model.codec
-
-
 def _decoder_classes(codec: Any) -> list[str]:
     return [type(m).__name__ for m in codec.model.modules() if type(m).__name__.endswith("DacDecoder")]
 
@@ -158,13 +145,13 @@ def _switch_and_compare(codec: Any, lengths: tuple[int, ...]) -> None:
 
 
 def test_tiny_codec_decodes_the_same_audio_with_its_decoder_fused(tiny_checkpoint: Path) -> None:
-    codec = _tiny_codec(tiny_checkpoint, DEVICE)
+    codec = tiny_codec(tiny_checkpoint, DEVICE)
     _switch_and_compare(codec, (5, 5, 7))
 
 
 def test_fused_codec_alone_matches_stock(tiny_checkpoint: Path) -> None:
     # without use_fused_snake: the fused decoder reads the stock Snake1d modules' alphas itself
-    codec = _tiny_codec(tiny_checkpoint, DEVICE)
+    codec = tiny_codec(tiny_checkpoint, DEVICE)
     g = torch.Generator().manual_seed(2)
     grids = [torch.randint(0, 1024, (8, 6), generator=g)]
     stock = codec.decode(grids)
@@ -174,7 +161,7 @@ def test_fused_codec_alone_matches_stock(tiny_checkpoint: Path) -> None:
 
 
 def test_decoder_with_a_hook_is_left_stock(tiny_checkpoint: Path) -> None:
-    codec = _tiny_codec(tiny_checkpoint, "cpu")
+    codec = tiny_codec(tiny_checkpoint, "cpu")
     decoder = codec.model.acoustic_decoder
     handle = decoder.block[0].res_unit1.conv1.register_forward_pre_hook(lambda m, args: None)
     assert use_fused_codec(codec.model) == 0
@@ -186,20 +173,14 @@ def test_decoder_with_a_hook_is_left_stock(tiny_checkpoint: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_tiny_codec_on_cuda_fused_and_graph_captured(tiny_checkpoint: Path) -> None:
-    from realtime_tts.engine.codec_graphs import CodecGraphs
-
-    codec = _tiny_codec(tiny_checkpoint, "cuda")
+    codec = tiny_codec(tiny_checkpoint, "cuda")
     _switch_and_compare(codec, (10, 10, 17, 150))
-    g = torch.Generator().manual_seed(1)
-    grids = [torch.randint(0, 1024, (8, t), generator=g).cuda() for t in (10, 17, 17)]
-    stock = codec.decode(grids)
-    kernels.use_fused_snake(codec.model)
-    use_fused_codec(codec.model)
-    graphs = CodecGraphs(codec, max_frames=64)
-    for _round in range(2):  # captured with the fused decoder, then replayed
-        for a, b in zip(graphs.decode(grids), stock, strict=True):
-            np.testing.assert_array_equal(a, b)
-    assert graphs.stats.captured == 2 and not graphs.stats.failed_lengths
+
+    def switch(model: torch.nn.Module) -> None:  # the fused decoder, captured then replayed
+        kernels.use_fused_snake(model)
+        use_fused_codec(model)
+
+    check_graph_replays(codec, switch, np.testing.assert_array_equal)
 
 
 def test_epilogue_kernel_builds_for_hopper_without_a_gpu() -> None:

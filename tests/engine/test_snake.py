@@ -4,6 +4,7 @@ codec that decodes the same audio before and after its Snake1d modules are switc
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import torch
 triton = pytest.importorskip("triton")
 
 import sm90  # tests/engine/sm90.py
+from tiny_codec import check_graph_replays, tiny_codec
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.kernels.snake import LAUNCH_OPTIONS
@@ -66,18 +68,6 @@ def test_snake_is_per_channel() -> None:
     assert moved.tolist() == [False, False, True, False]
 
 
-def _tiny_codec(tiny_checkpoint: Path, device: str) -> torch.nn.Module:
-    from realtime_tts.model import OmniVoiceModel
-
-    model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device=device)
-    g = torch.Generator().manual_seed(11)
-    with torch.no_grad():  # the random checkpoint's alphas are all 1: spread them so channel mix-ups show
-        for name, p in model.codec.model.named_parameters():
-            if name.endswith("alpha"):
-                p.copy_(0.3 + 1.5 * torch.rand(p.shape, generator=g))
-    return model.codec  # type: ignore[no-any-return]
-
-
 def _assert_same_audio(out: np.ndarray, ref: np.ndarray, device: str) -> None:
     # CPU: fp32 convs, so only the activations' last-bit differences show. CUDA: the convs run in TF32, where
     # a last-bit change of an input can flip its 10-bit rounding; still far below any audible change.
@@ -85,7 +75,7 @@ def _assert_same_audio(out: np.ndarray, ref: np.ndarray, device: str) -> None:
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * float(np.abs(ref).max()))
 
 
-def _decode_before_and_after(codec: torch.nn.Module, lengths: tuple[int, ...]) -> None:
+def _decode_before_and_after(codec: Any, lengths: tuple[int, ...]) -> None:
     g = torch.Generator().manual_seed(0)
     grids = [torch.randint(0, 1024, (8, t), generator=g) for t in lengths]
     num_snakes = sum(1 for m in codec.model.modules() if type(m).__name__ == "Snake1d")
@@ -103,26 +93,17 @@ def _decode_before_and_after(codec: torch.nn.Module, lengths: tuple[int, ...]) -
 
 
 def test_tiny_codec_decodes_the_same_audio_after_switching(tiny_checkpoint: Path) -> None:
-    codec = _tiny_codec(tiny_checkpoint, DEVICE)
+    codec = tiny_codec(tiny_checkpoint, DEVICE)
     _decode_before_and_after(codec, (5, 5, 7))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_tiny_codec_on_cuda_switched_and_graph_captured(tiny_checkpoint: Path) -> None:
-    from realtime_tts.engine.codec_graphs import CodecGraphs
-
-    codec = _tiny_codec(tiny_checkpoint, "cuda")
+    codec = tiny_codec(tiny_checkpoint, "cuda")
     _decode_before_and_after(codec, (10, 10, 17, 150))
-    g = torch.Generator().manual_seed(1)
-    grids = [torch.randint(0, 1024, (8, t), generator=g).cuda() for t in (10, 17, 17)]
-    stock = codec.decode(grids)
-    kernels.use_fused_snake(codec.model)
-    graphs = CodecGraphs(codec, max_frames=64)  # type: ignore[arg-type]
-    for _round in range(2):  # captured with the fused modules, then replayed
-        for a, b in zip(graphs.decode(grids), stock, strict=True):
-            _assert_same_audio(a, b, "cuda")
-    assert graphs.stats.captured == 2 and not graphs.stats.failed_lengths
+    # the fused Snake modules, captured then replayed
+    check_graph_replays(codec, kernels.use_fused_snake, lambda a, b: _assert_same_audio(a, b, "cuda"))
 
 
 def test_kernel_builds_for_hopper_without_a_gpu() -> None:

@@ -1,0 +1,44 @@
+"""The tiny random-weight codec that the codec kernel tests decode with, and the CUDA-graph check that the Snake
+and decoder switches share (tests only)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def tiny_codec(tiny_checkpoint: Path, device: str) -> Any:
+    """The tiny checkpoint's codec in fp32, its Snake alphas (all 1 in the random checkpoint) and decoder conv
+    biases spread, so that channel or bias mix-ups show in the audio."""
+    from realtime_tts.model import OmniVoiceModel
+
+    model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device=device)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for name, p in model.codec.model.named_parameters():
+            if name.endswith("alpha"):
+                p.copy_(0.3 + 1.5 * torch.rand(p.shape, generator=g))
+            elif name.startswith("acoustic_decoder") and name.endswith("bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+    return model.codec
+
+
+def check_graph_replays(codec: Any, switch: Callable[[torch.nn.Module], object],
+                        same: Callable[[np.ndarray, np.ndarray], None]) -> None:
+    """CUDA: stock eager decodes of three grids (two lengths), then `switch(codec.model)` and the codec's per-length
+    CUDA graphs (captured on the first round, replayed on the second): each round's audio `same` as stock."""
+    from realtime_tts.engine.codec_graphs import CodecGraphs
+
+    g = torch.Generator().manual_seed(1)
+    grids = [torch.randint(0, 1024, (8, t), generator=g).cuda() for t in (10, 17, 17)]
+    stock = codec.decode(grids)
+    switch(codec.model)
+    graphs = CodecGraphs(codec, max_frames=64)
+    for _round in range(2):
+        for a, b in zip(graphs.decode(grids), stock, strict=True):
+            same(a, b)
+    assert graphs.stats.captured == 2 and not graphs.stats.failed_lengths

@@ -140,21 +140,6 @@ def test_varlen_attention_matches_per_row_sdpa(dtype: torch.dtype, shape: tuple[
     assert rel_err(out, ref) < tol(dtype)
 
 
-def test_varlen_attention_rows_do_not_see_each_other() -> None:
-    g = gen(6)
-    lens = [12, 20]
-    q = torch.randn(32, 2, 16, generator=g).to(DEVICE)
-    k = torch.randn(32, 1, 16, generator=g).to(DEVICE)
-    v = torch.randn(32, 1, 16, generator=g).to(DEVICE)
-    a = kernels.varlen_attention(q, k, v, _cu(lens), 20)
-    k2, v2 = k.clone(), v.clone()
-    k2[12:] += 5.0  # change only the second row's keys/values
-    v2[12:] -= 3.0
-    b = kernels.varlen_attention(q, k2, v2, _cu(lens), 20)
-    assert torch.equal(a[:12], b[:12])
-    assert not torch.allclose(a[12:], b[12:])
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_kernels_at_omnivoice_size_on_gpu() -> None:
@@ -293,8 +278,10 @@ def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype,
         assert rel_err(q, rq) < tol(dtype)
 
 
-def test_varlen_attention_gqa_rows_and_heads_stay_apart() -> None:
-    """Changing one row's keys or one kv head's values moves only that row's / that group's outputs."""
+@pytest.mark.parametrize("entry", ["varlen_attention", "varlen_attention_gqa"])
+def test_varlen_attention_rows_and_heads_stay_apart(entry: str) -> None:
+    """Changing one row's keys or one kv head's values moves only that row's / that group's outputs: through the
+    public wrapper (its own tiles, one q head per program) and the GQA kernel with two q heads per program."""
     g = gen(13)
     lens = [12, 20]
     q = torch.randn(32, 4, 16, generator=g).to(DEVICE)
@@ -304,12 +291,14 @@ def test_varlen_attention_gqa_rows_and_heads_stay_apart() -> None:
     tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(32, 2, 16), 16)
 
     def run(k_: torch.Tensor, v_: torch.Tensor) -> torch.Tensor:
+        if entry == "varlen_attention":
+            return kernels.varlen_attention(q, k_, v_, cu, 20)
         return kernels.varlen_attention_gqa(q, k_, v_, cu, 20, tiles, heads_per_program=2, block_m=16,
                                             block_n=16)
 
     a = run(k, v)
     k2, v2 = k.clone(), v.clone()
-    k2[12:] += 5.0
+    k2[12:] += 5.0  # change only the second row's keys
     b = run(k2, v)
     assert torch.equal(a[:12], b[:12]) and not torch.allclose(a[12:], b[12:])
     v2[:, 1] -= 3.0  # kv head 1 serves q heads 2 and 3 only

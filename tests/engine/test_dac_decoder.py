@@ -12,12 +12,10 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import sm90  # tests/engine/sm90.py
 from tiny_codec import check_graph_replays, tiny_codec
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
-from realtime_tts.engine.kernels.snake import LAUNCH_OPTIONS
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -181,18 +179,3 @@ def test_tiny_codec_on_cuda_fused_and_graph_captured(tiny_checkpoint: Path) -> N
         use_fused_codec(model)
 
     check_graph_replays(codec, switch, np.testing.assert_array_equal)
-
-
-def test_epilogue_kernel_builds_for_hopper_without_a_gpu() -> None:
-    # The CPU tests run the interpreter (tl.sin); this builds the CUDA variants (libdevice sinf, IEEE division,
-    # no FMA contraction) to PTX and SASS for sm_90 with Triton's bundled ptxas.
-    sig = {n: "*fp32" for n in ("x_ptr", "bias_ptr", "skip_ptr", "alpha_ptr", "raw_ptr", "y_ptr")}
-    sig |= {n: "i32" for n in ("num_rows", "num_channels", "length")}
-    sig |= {f"stride_{t}{d}": "i64" for t in "xsry" for d in "bc"}
-    names = ("HAS_BIAS", "HAS_SKIP", "WRITE_RAW", "BLOCK_R", "BLOCK_T", "PRECISE_SIN")
-    sig |= {n: "constexpr" for n in names}
-    specs = [{"kernel": "realtime_tts.engine.kernels.dac_decoder:_conv_epilogue_kernel", "signature": sig,
-              "constexprs": dict(zip(names, (True, skip, raw, 4, 256, True), strict=True)),
-              "options": LAUNCH_OPTIONS} for skip, raw in ((False, False), (True, True))]
-    for u in sm90.build(specs):
-        assert "div.rn.f32" in u["ptx"] and "sin.approx" not in u["ptx"], "unexpected build"

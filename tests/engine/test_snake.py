@@ -107,12 +107,16 @@ def test_tiny_codec_on_cuda_switched_and_graph_captured(tiny_checkpoint: Path) -
 
 
 def test_kernel_builds_for_hopper_without_a_gpu() -> None:
-    # The CPU tests run the interpreter (tl.sin); this builds the CUDA variant (libdevice sinf, IEEE division,
-    # no FMA contraction) to PTX and SASS for sm_90 with Triton's bundled ptxas.
-    sig = {"x_ptr": "*fp32", "alpha_ptr": "*fp32", "out_ptr": "*fp32", "num_rows": "i32", "num_channels": "i32",
-           "length": "i32", "stride_xb": "i64", "stride_xc": "i64", "stride_ob": "i64", "stride_oc": "i64",
-           "BLOCK_R": "constexpr", "BLOCK_T": "constexpr", "PRECISE_SIN": "constexpr"}
-    (u,) = sm90.build([{"kernel": "realtime_tts.engine.kernels.snake:_snake_kernel", "signature": sig,
-                        "constexprs": {"BLOCK_R": 4, "BLOCK_T": 256, "PRECISE_SIN": True},
-                        "options": LAUNCH_OPTIONS}])
-    assert "div.rn.f32" in u["ptx"] and "sin.approx" not in u["ptx"], "unexpected build"
+    # The CPU tests run the interpreter (tl.sin); this builds the CUDA variants (libdevice sinf, IEEE division,
+    # no FMA contraction) to PTX and SASS for sm_90 with Triton's bundled ptxas: the plain Snake, and the codec
+    # decoder's conv epilogues (bias; bias + skip + the pre-activation kept).
+    sig = {n: "*fp32" for n in ("x_ptr", "bias_ptr", "skip_ptr", "alpha_ptr", "raw_ptr", "y_ptr")}
+    sig |= {n: "i32" for n in ("num_rows", "num_channels", "length")}
+    sig |= {f"stride_{t}{d}": "i64" for t in "xsry" for d in "bc"}
+    names = ("HAS_BIAS", "HAS_SKIP", "WRITE_RAW", "BLOCK_R", "BLOCK_T", "PRECISE_SIN")
+    sig |= {n: "constexpr" for n in names}
+    specs = [{"kernel": "realtime_tts.engine.kernels.snake:_snake_kernel", "signature": sig,
+              "constexprs": dict(zip(names, (*flags, 4, 256, True), strict=True)), "options": LAUNCH_OPTIONS}
+             for flags in ((False, False, False), (True, False, False), (True, True, True))]
+    for u in sm90.build(specs):
+        assert "div.rn.f32" in u["ptx"] and "sin.approx" not in u["ptx"], "unexpected build"

@@ -12,49 +12,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
 from realtime_tts.engine.kernels.module_switch import ForwardSwitch
-from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, LAUNCH_OPTIONS, snake_ref, snake_values
-
-
-# The stock decoder runs, per conv: cuDNN's conv, then `out.add_(bias)` (PyTorch adds a cuDNN conv's bias as a
-# separate broadcast add), then (residual units) `skip + out`, then the next Snake1d. This kernel does the same
-# fp32 operations in the same order on values that stay in registers: v = x + bias; v = skip + v; y = snake(v).
-@triton.jit(do_not_specialize=["num_rows", "num_channels", "length"])
-def _conv_epilogue_kernel(x_ptr, bias_ptr, skip_ptr, alpha_ptr, raw_ptr, y_ptr, num_rows, num_channels, length,
-                          stride_xb, stride_xc, stride_sb, stride_sc, stride_rb, stride_rc, stride_yb, stride_yc,
-                          HAS_BIAS: tl.constexpr, HAS_SKIP: tl.constexpr, WRITE_RAW: tl.constexpr,
-                          BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PRECISE_SIN: tl.constexpr):
-    # One program: BLOCK_R (batch, channel) rows × BLOCK_T samples, as the Snake kernel tiles.
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
-    t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)  # [BLOCK_T]
-    row_ok = rows < num_rows
-    b = (rows // num_channels).to(tl.int64)
-    c = rows % num_channels
-    c64 = c.to(tl.int64)
-    mask = row_ok[:, None] & (t < length)[None, :]
-    v = tl.load(x_ptr + (b * stride_xb + c64 * stride_xc)[:, None] + t[None, :], mask=mask, other=0.0)
-    v = v.to(tl.float32)  # [BLOCK_R, BLOCK_T]
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + c, mask=row_ok, other=0.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
-        v = v + bias  # the conv's `output.add_(bias)`
-    if HAS_SKIP:
-        skip = tl.load(skip_ptr + (b * stride_sb + c64 * stride_sc)[:, None] + t[None, :], mask=mask, other=0.0)
-        v = skip.to(tl.float32) + v  # DacResidualUnit's `hidden_state + output_tensor`
-    if WRITE_RAW:  # the pre-activation is also a later residual unit's skip input
-        tl.store(raw_ptr + (b * stride_rb + c64 * stride_rc)[:, None] + t[None, :],
-                 v.to(raw_ptr.dtype.element_ty), mask=mask)
-    # Snake1d, the Snake kernel's arithmetic (bit-identical to the eager module on the H200)
-    alpha = tl.load(alpha_ptr + c, mask=row_ok, other=1.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
-    y = snake_values(v, alpha, PRECISE_SIN)
-    tl.store(y_ptr + (b * stride_yb + c64 * stride_yc)[:, None] + t[None, :], y.to(y_ptr.dtype.element_ty),
-             mask=mask)
-
-
-def _unit_stride(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(2) == 1 or t.shape[2] == 1 else t.contiguous()
+from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, launch_snake, snake_ref, unit_stride
 
 
 def conv_epilogue(x: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor, skip: torch.Tensor | None = None,
@@ -67,28 +27,17 @@ def conv_epilogue(x: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tenso
     kept. Rows of x and skip may be strided (a view cut along the last axis). No host syncs.
     """
     assert x.dim() == 3, f"x must be [B, C, T], got {tuple(x.shape)}"
-    num_batch, num_channels, length = x.shape
-    x = _unit_stride(x)  # a copy, if one is made, is scratch too
+    num_channels = x.shape[1]
+    x = unit_stride(x)  # a copy, if one is made, is scratch too
     assert alpha.numel() == num_channels, f"alpha has {alpha.numel()} values for {num_channels} channels"
     alpha_flat = alpha.reshape(num_channels).contiguous()
-    bias_flat = bias.reshape(num_channels).contiguous() if bias is not None else alpha_flat  # unread without bias
+    bias_flat = bias.reshape(num_channels).contiguous() if bias is not None else None
     if skip is not None:
         assert skip.shape == x.shape, f"skip {tuple(skip.shape)} does not match x {tuple(x.shape)}"
-        skip = _unit_stride(skip)
+        skip = unit_stride(skip)
     raw = (x if inplace else torch.empty_like(x)) if keep_raw else None  # [B, C, T]
     y = x if inplace and not keep_raw else torch.empty_like(x)  # [B, C, T]
-    num_rows = num_batch * num_channels
-    if y.numel():
-        block_t = min(tile, max(64, triton.next_power_of_2(length)))
-        block_r = tile // block_t
-        grid = (triton.cdiv(num_rows, block_r), triton.cdiv(length, block_t))
-        skip_arg = skip if skip is not None else x
-        raw_arg = raw if raw is not None else y
-        _conv_epilogue_kernel[grid](
-            x, bias_flat, skip_arg, alpha_flat, raw_arg, y, num_rows, num_channels, length,
-            x.stride(0), x.stride(1), skip_arg.stride(0), skip_arg.stride(1), raw_arg.stride(0), raw_arg.stride(1),
-            y.stride(0), y.stride(1), HAS_BIAS=bias is not None, HAS_SKIP=skip is not None, WRITE_RAW=keep_raw,
-            BLOCK_R=block_r, BLOCK_T=block_t, PRECISE_SIN=not _INTERPRET, **LAUNCH_OPTIONS)
+    launch_snake(x, alpha_flat, y, tile, bias=bias_flat, skip=skip, raw=raw)
     return raw, y
 
 

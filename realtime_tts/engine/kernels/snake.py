@@ -1,5 +1,6 @@
 """Snake activation of the codec decoder (DAC's Snake1d: y = x + 1/(alpha + 1e-9) · sin(alpha·x)²) in one pass
-over [B, C, T], and the switch that points a loaded codec's Snake1d modules at it (or back) in place.
+over [B, C, T] (optionally after a conv's bias add and a residual add: dac_decoder's epilogues), and the switch
+that points a loaded codec's Snake1d modules at it (or back) in place.
 
 Worker processes only (torch, triton); never edits or imports from transformers' modeling files.
 """
@@ -22,8 +23,7 @@ _INTERPRET = triton.knobs.runtime.interpret  # Triton's own reading of TRITON_IN
 
 @triton.jit
 def snake_values(x, alpha, PRECISE_SIN: tl.constexpr):
-    """The one place the Snake arithmetic lives (this kernel and the codec's conv epilogues call it): x and
-    alpha in fp32 (alpha broadcast per channel) → x + 1/(alpha + 1e-9) · sin(alpha·x)², in the eager module's op
+    """The Snake arithmetic: x and alpha in fp32 (alpha broadcast per channel) → x + 1/(alpha + 1e-9) · sin(alpha·x)², in the eager module's op
     order and roundings: reciprocal(alpha + 1e-9) (IEEE division, as torch's), sin(alpha·x), squared by a product
     (torch's pow(2)), times the reciprocal, plus x (launch with LAUNCH_OPTIONS: no FMA contraction)."""
     inv = tl.math.div_rn(tl.full(alpha.shape, 1.0, tl.float32), alpha + 1e-9)
@@ -35,10 +35,16 @@ def snake_values(x, alpha, PRECISE_SIN: tl.constexpr):
     return x + inv * (s * s)
 
 
+# The codec decoder's convs run, per conv: cuDNN's conv, then `out.add_(bias)` (PyTorch adds a cuDNN conv's bias
+# as a separate broadcast add), then (residual units) `skip + out`, then the next Snake1d. With HAS_BIAS /
+# HAS_SKIP this kernel does those fp32 operations in the same order on values that stay in registers
+# (v = x + bias; v = skip + v; y = snake(v)), WRITE_RAW also storing v; with neither it is the plain Snake.
 # Sizes are not specialised on (only the tile shape is), so a new codec length does not compile a new variant.
 @triton.jit(do_not_specialize=["num_rows", "num_channels", "length"])
-def _snake_kernel(x_ptr, alpha_ptr, out_ptr, num_rows, num_channels, length, stride_xb, stride_xc, stride_ob,
-                  stride_oc, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PRECISE_SIN: tl.constexpr):
+def _snake_kernel(x_ptr, bias_ptr, skip_ptr, alpha_ptr, raw_ptr, y_ptr, num_rows, num_channels, length,
+                  stride_xb, stride_xc, stride_sb, stride_sc, stride_rb, stride_rc, stride_yb, stride_yc,
+                  HAS_BIAS: tl.constexpr, HAS_SKIP: tl.constexpr, WRITE_RAW: tl.constexpr,
+                  BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PRECISE_SIN: tl.constexpr):
     # One program: a tile of BLOCK_R (batch, channel) rows × BLOCK_T samples; short rows (the decoder's first
     # stages) share a program instead of leaving most of its lanes masked.
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
@@ -46,13 +52,23 @@ def _snake_kernel(x_ptr, alpha_ptr, out_ptr, num_rows, num_channels, length, str
     row_ok = rows < num_rows
     b = (rows // num_channels).to(tl.int64)
     c = rows % num_channels
-    alpha = tl.load(alpha_ptr + c, mask=row_ok, other=1.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
+    c64 = c.to(tl.int64)
     mask = row_ok[:, None] & (t < length)[None, :]
-    x_off = (b * stride_xb + c.to(tl.int64) * stride_xc)[:, None] + t[None, :]
-    x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
-    y = snake_values(x, alpha, PRECISE_SIN)
-    out_off = (b * stride_ob + c.to(tl.int64) * stride_oc)[:, None] + t[None, :]
-    tl.store(out_ptr + out_off, y.to(out_ptr.dtype.element_ty), mask=mask)
+    v = tl.load(x_ptr + (b * stride_xb + c64 * stride_xc)[:, None] + t[None, :], mask=mask, other=0.0)
+    v = v.to(tl.float32)  # [BLOCK_R, BLOCK_T]
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + c, mask=row_ok, other=0.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
+        v = v + bias  # the conv's `output.add_(bias)`
+    if HAS_SKIP:
+        skip = tl.load(skip_ptr + (b * stride_sb + c64 * stride_sc)[:, None] + t[None, :], mask=mask, other=0.0)
+        v = skip.to(tl.float32) + v  # DacResidualUnit's `hidden_state + output_tensor`
+    if WRITE_RAW:  # the pre-activation is also a later residual unit's skip input
+        tl.store(raw_ptr + (b * stride_rb + c64 * stride_rc)[:, None] + t[None, :],
+                 v.to(raw_ptr.dtype.element_ty), mask=mask)
+    alpha = tl.load(alpha_ptr + c, mask=row_ok, other=1.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
+    y = snake_values(v, alpha, PRECISE_SIN)
+    tl.store(y_ptr + (b * stride_yb + c64 * stride_yc)[:, None] + t[None, :], y.to(y_ptr.dtype.element_ty),
+             mask=mask)
 
 
 # enable_fp_fusion=False: no multiply-add contraction; torch rounds the product before the add, so do we.
@@ -62,6 +78,35 @@ LAUNCH_OPTIONS = {"num_warps": 4, "enable_fp_fusion": False}
 _TILE = 16384 if _INTERPRET else 1024
 
 
+def unit_stride(t: torch.Tensor) -> torch.Tensor:
+    """t [B, C, T] itself when its samples are unit-stride (rows may be strided), else a contiguous copy."""
+    return t if t.stride(2) == 1 or t.shape[2] == 1 else t.contiguous()
+
+
+def launch_snake(x: torch.Tensor, alpha: torch.Tensor, y: torch.Tensor, tile: int = _TILE,
+                 bias: torch.Tensor | None = None, skip: torch.Tensor | None = None,
+                 raw: torch.Tensor | None = None) -> None:
+    """y ← snake(v) with v = skip + (x + bias) (each part when given), raw ← v when given. x, y, skip, raw:
+    [B, C, T] with unit sample stride (rows may be strided); alpha, bias: [C] contiguous. No host syncs: safe
+    inside CUDA graph capture once the kernel is compiled."""
+    num_batch, num_channels, length = x.shape
+    if not y.numel():
+        return
+    num_rows = num_batch * num_channels
+    # Rows shorter than the tile (the decoder's first stages: ~150 samples at 6 s) share a program; five tile
+    # shapes in all (64-1024 samples wide).
+    block_t = min(tile, max(64, triton.next_power_of_2(length)))
+    block_r = tile // block_t
+    grid = (triton.cdiv(num_rows, block_r), triton.cdiv(length, block_t))
+    skip_arg = skip if skip is not None else x  # (unread without a skip, a bias or a raw output)
+    raw_arg = raw if raw is not None else y
+    _snake_kernel[grid](
+        x, bias if bias is not None else alpha, skip_arg, alpha, raw_arg, y, num_rows, num_channels, length,
+        x.stride(0), x.stride(1), skip_arg.stride(0), skip_arg.stride(1), raw_arg.stride(0), raw_arg.stride(1),
+        y.stride(0), y.stride(1), HAS_BIAS=bias is not None, HAS_SKIP=skip is not None, WRITE_RAW=raw is not None,
+        BLOCK_R=block_r, BLOCK_T=block_t, PRECISE_SIN=not _INTERPRET, **LAUNCH_OPTIONS)
+
+
 def snake(x: torch.Tensor, alpha: torch.Tensor, tile: int = _TILE) -> torch.Tensor:
     """x: [B, C, ...] (trailing dims are flattened as Snake1d does), alpha: [1, C, 1] → a new tensor like x.
 
@@ -69,25 +114,11 @@ def snake(x: torch.Tensor, alpha: torch.Tensor, tile: int = _TILE) -> torch.Tens
     made contiguous first. No host syncs: safe inside CUDA graph capture once the kernel is compiled.
     """
     shape = x.shape
-    x3 = x.reshape(shape[0], shape[1], -1)  # [B, C, T]
-    if x3.stride(2) != 1 and x3.shape[2] > 1:
-        x3 = x3.contiguous()
+    x3 = unit_stride(x.reshape(shape[0], shape[1], -1))  # [B, C, T]
     num_batch, num_channels, length = x3.shape
     assert alpha.numel() == num_channels, f"alpha has {alpha.numel()} values for {num_channels} channels"
-    alpha_flat = alpha.reshape(num_channels)
-    if not alpha_flat.is_contiguous():
-        alpha_flat = alpha_flat.contiguous()
     out = torch.empty(num_batch, num_channels, length, dtype=x.dtype, device=x.device)  # [B, C, T]
-    num_rows = num_batch * num_channels
-    if out.numel():
-        # Rows shorter than the tile (the decoder's first stages: ~150 samples at 6 s) share a program; five
-        # tile shapes in all (64-1024 samples wide).
-        block_t = min(tile, max(64, triton.next_power_of_2(length)))
-        block_r = tile // block_t
-        grid = (triton.cdiv(num_rows, block_r), triton.cdiv(length, block_t))
-        _snake_kernel[grid](x3, alpha_flat, out, num_rows, num_channels, length, x3.stride(0), x3.stride(1),
-                            out.stride(0), out.stride(1), BLOCK_R=block_r, BLOCK_T=block_t,
-                            PRECISE_SIN=not _INTERPRET, **LAUNCH_OPTIONS)
+    launch_snake(x3, alpha.reshape(num_channels).contiguous(), out, tile)
     return out.view(shape)
 
 

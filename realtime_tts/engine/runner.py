@@ -29,9 +29,15 @@ log = logging.getLogger("realtime_tts.runner")
 # (the deadline scheduler sizes steps on this staircase: bench/results/omnivoice_sched_sim.md, 512-token
 # buckets gave N=100 agents 297 vs 314 ms p95 first audio), above (bulk batches, captured on first use) by
 # 128: a B=128 design batch of 42368 tokens runs unpadded (by 512 it ran 43008, 1.5% more of every kernel).
+SERVING_MAX_TOKENS = 16384
 TOKEN_BUCKETS = ((256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632, 6144,
-                  7168, 8192, 9216, 10240, 12288, 14336, 16384) + tuple(range(16512, 65536 + 1, 128)))
+                  7168, 8192, 9216, 10240, 12288, 14336, SERVING_MAX_TOKENS)
+                 + tuple(range(SERVING_MAX_TOKENS + 128, 65536 + 1, 128)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
+# Steps above the serving ladder (bulk, captured on first use) pad their target grids to a multiple of this many
+# frames instead of slots.FRAME_QUANTUM: the audio head and the scoring run on every padded frame, and a 6 s
+# item's 150 frames padded to 192 cost a B=128 design step ~0.3 ms of its ~1.6 ms head + scoring.
+BULK_FRAME_QUANTUM = 8
 PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
 
 
@@ -60,7 +66,8 @@ class FusedBackbone:
     # forwards of up to 2048 tokens took "fused" and larger ones "split": one mode now serves both.
     def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
                  attention: str = "q_fused", block: tuple[int, int, int, int] = (32, 32, 4, 3),
-                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0) -> None:
+                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0, lazy_tau: float = 0.0,
+                 max_regs: int = 0) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -73,6 +80,8 @@ class FusedBackbone:
         if attention not in kernels.ATTENTION_MODES:
             raise ValueError(f"attention must be one of {kernels.ATTENTION_MODES}, not {attention!r}")
         self.attention, self.block, self.heads = attention, block, heads
+        # the attention kernel's lazy softmax rescaling and register cap (kernels.varlen_attention_gqa)
+        self.lazy_tau, self.max_regs = lazy_tau, max_regs
         # Forwards of at least swiglu_gemm_min_tokens tokens run the MLP's gate/up GEMM with SwiGLU in its
         # epilogue (kernels/gemm.py; the [N, 2I] product never reaches memory); smaller ones, and all when 0,
         # cuBLAS + silu_mul. (The o/down projections with the residual add in a Triton GEMM's epilogue measured
@@ -135,7 +144,8 @@ class FusedBackbone:
             q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
             k.norm_rope_attention(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions, cos_table,
                                   sin_table, self.eps, out=attn, mode=mode, heads_per_program=heads, block_m=bm,
-                                  block_n=bn, num_warps=nw, num_stages=ns, angles=angles)
+                                  block_n=bn, num_warps=nw, num_stages=ns, angles=angles, lazy_tau=self.lazy_tau,
+                                  max_regs=self.max_regs)
             o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             if fused_mlp:
@@ -204,7 +214,8 @@ class StepRunner:
     model's own (fp32 residual) and only the head follows precision. The server's default is "reference"
     (config --precision); this class keeps "fp32", the model layer's own arithmetic, for its direct users.
 
-    attention, attention_block, attention_heads: FusedBackbone's attention mode, tiles and q heads per program.
+    attention, attention_block, attention_heads, attention_lazy_tau, attention_max_regs: FusedBackbone's
+    attention mode, tiles, q heads per program, lazy softmax rescaling and register cap.
     swiglu_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up GEMM + SwiGLU as one Triton
     kernel (0: never; FusedBackbone).
     fused_snake (CUDA): the codec's Snake activations through kernels/snake.py; with fused_codec, the decoder's
@@ -219,6 +230,7 @@ class StepRunner:
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
+                 attention_lazy_tau: float = 0.0, attention_max_regs: int = 0,
                  swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True, fused_codec: bool = True,
                  capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
@@ -235,7 +247,8 @@ class StepRunner:
         if model.llm.cfg["head_dim"] < 32:  # the rope dots on tensor cores need half a head ≥ 16 (tiny models)
             attention = "split"
         self.fused = FusedBackbone(model, residual_dtype=stream_dtype, attention=attention, block=attention_block,
-                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens
+                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens,
+                                   lazy_tau=attention_lazy_tau, max_regs=attention_max_regs
                                    ) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
@@ -395,7 +408,8 @@ class StepRunner:
             return "batch"
         if any(s.item.params.class_temperature > 0 for s in states):
             return "class_sampling"  # the graphs are captured for argmax tokens
-        frames = -(-max(s.item.num_frames for s in states) // FRAME_QUANTUM) * FRAME_QUANTUM
+        quantum = BULK_FRAME_QUANTUM if num_tokens > SERVING_MAX_TOKENS else FRAME_QUANTUM
+        frames = -(-max(s.item.num_frames for s in states) // quantum) * quantum
         return BucketKey(num_tokens, num_b, min(frames, self.table.max_frames))
 
     def _slot_ids(self, states: list[ItemState], width: int) -> torch.Tensor:

@@ -237,11 +237,15 @@ ATTN_CASES = [((4, 2, 32), [37, 1, 70, 5]), ((8, 2, 16), [23, 9]), ((6, 2, 32), 
 
 
 @pytest.mark.parametrize("dtype", ATTN_DTYPES)
-@pytest.mark.parametrize("variant", ["split", "q_fused", "q_fused_swap"])
+@pytest.mark.parametrize("variant", ["split", "q_fused", "q_fused_swap", "q_fused_lazy", "q_fused_lazy8"])
 @pytest.mark.parametrize(("case", "heads_per_program"), [(0, 1), (0, None), (1, None), (2, None)])
 def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype, variant: str, case: int,
                                                              heads_per_program: int | None) -> None:
-    mode = variant.removesuffix("_swap")  # _swap: the q tile rotated full-width (q_rope_join=False)
+    # _swap: the q tile rotated full-width (q_rope_join=False); _lazy: lazy softmax rescaling with a threshold
+    # (0.5, log2 units) the random rows' maxima cross from block to block (the rescaling branch runs), _lazy8:
+    # one they never cross after the first block (the shift stays stale: the skipping branch)
+    lazy_tau = {"q_fused_lazy": 0.5, "q_fused_lazy8": 8.0}.get(variant, 0.0)
+    mode = variant.removesuffix("_swap").removesuffix("_lazy8").removesuffix("_lazy")
     shape, lens = ATTN_CASES[case]
     num_q, num_kv, head_dim = shape
     real = sum(lens)
@@ -267,7 +271,8 @@ def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype,
     angles = (cos_t[positions], sin_t[positions]) if mode == "split" and heads_per_program is None else None
     kernels.norm_rope_attention(q, k, v, cu, max(lens) + 40, tiles, qw, kw, positions, cos_t, sin_t, 1e-6,
                                 out=out, mode=mode, heads_per_program=heads_per_program, block_m=block_m,
-                                angles=angles, q_rope_join=not variant.endswith("_swap"))
+                                angles=angles, q_rope_join=not variant.endswith("_swap"),
+                                lazy_tau=lazy_tau)
     assert rel_err(out[:real], ref[:real]) < tol(dtype)
     assert out[real:].isnan().all(), "padding tokens are not written"
     assert rel_err(k, rk) < tol(dtype), "k is left normalised and rotated"

@@ -385,3 +385,27 @@ def test_a_failed_assign_keeps_its_slot_free(model_fp32: OmniVoiceModel) -> None
     with pytest.raises(RuntimeError):
         runner.table.assign(item, torch.zeros(8, 1, dtype=torch.long))  # a grid too short for the item
     assert runner.table.num_free == 2
+
+
+def test_bulk_steps_pad_frames_to_a_finer_quantum(model_fp32: OmniVoiceModel) -> None:
+    """A step above the serving ladder (bulk) pads its target grids to BULK_FRAME_QUANTUM frames, a serving step
+    to slots.FRAME_QUANTUM; the bulk batch, stepped in its finer bucket, decodes each item as it decodes alone."""
+    from realtime_tts.engine.runner import BULK_FRAME_QUANTUM, SERVING_MAX_TOKENS
+    from realtime_tts.engine.slots import FRAME_QUANTUM
+
+    params = DecodeParams(num_step=2)
+    items = [prepare(model_fp32, TEXTS[i % len(TEXTS)], language="en", duration_s=6.0, params=params, seed=i)
+             for i in range(64)]
+    frames = items[0].num_frames  # 150 for 6 s at 25 frames per second
+    assert frames % FRAME_QUANTUM and frames % BULK_FRAME_QUANTUM, "the length must need padding under both"
+    runner = StepRunner(model_fp32, use_fused=False, use_graphs=False, bucketed=True, max_slots=64)
+    states = [decoding.ItemState.start(it) for it in items]
+    bulk, serving = runner.bucket_key(states), runner.bucket_key(states[:1])
+    assert not isinstance(bulk, str) and not isinstance(serving, str)
+    assert bulk.num_tokens > SERVING_MAX_TOKENS >= serving.num_tokens
+    assert bulk.frames == -(-frames // BULK_FRAME_QUANTUM) * BULK_FRAME_QUANTUM < serving.frames
+    assert serving.frames == -(-frames // FRAME_QUANTUM) * FRAME_QUANTUM
+    while not all(s.done for s in states):
+        runner.step(states)
+    for i in (0, 1, 63):
+        assert torch.equal(states[i].tokens, decoding.run(model_fp32, [items[i]])[0]), i

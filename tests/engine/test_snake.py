@@ -108,15 +108,22 @@ def test_tiny_codec_on_cuda_switched_and_graph_captured(tiny_checkpoint: Path) -
 
 def test_kernel_builds_for_hopper_without_a_gpu() -> None:
     # The CPU tests run the interpreter (tl.sin); this builds the CUDA variants (libdevice sinf, IEEE division,
-    # no FMA contraction) to PTX and SASS for sm_90 with Triton's bundled ptxas: the plain Snake, and the codec
-    # decoder's conv epilogues (bias; bias + skip + the pre-activation kept).
+    # no FMA contraction) to PTX and SASS for sm_90 with Triton's bundled ptxas: the plain Snake, the codec
+    # decoder's conv epilogues (bias; bias + skip + the pre-activation kept), and those epilogues in the
+    # channels-last layout at each of its tiles. None may spill registers.
     sig = {n: "*fp32" for n in ("x_ptr", "bias_ptr", "skip_ptr", "alpha_ptr", "raw_ptr", "y_ptr")}
-    sig |= {n: "i32" for n in ("num_rows", "num_channels", "length")}
-    sig |= {f"stride_{t}{d}": "i64" for t in "xsry" for d in "bc"}
-    names = ("HAS_BIAS", "HAS_SKIP", "WRITE_RAW", "BLOCK_R", "BLOCK_T", "PRECISE_SIN")
+    sig |= {n: "i32" for n in ("num_rows", "rows_per_batch", "num_cols")}
+    sig |= {f"stride_{t}{d}": "i64" for t in "xsry" for d in "br"}
+    names = ("HAS_BIAS", "HAS_SKIP", "WRITE_RAW", "CHANNELS_LAST", "BLOCK_R", "BLOCK_C", "PRECISE_SIN")
     sig |= {n: "constexpr" for n in names}
+    variants = [(False, False, False, False, 4, 256), (True, False, False, False, 4, 256),
+                (True, True, True, False, 4, 256), (True, False, False, True, 8, 128)]
+    # the channels-last epilogue at each tile launch_snake picks for DAC's channel counts (96-1536)
+    variants += [(True, True, True, True, 1024 // c, c) for c in (32, 64, 128)]
     specs = [{"kernel": "realtime_tts.engine.kernels.snake:_snake_kernel", "signature": sig,
-              "constexprs": dict(zip(names, (*flags, 4, 256, True), strict=True)), "options": LAUNCH_OPTIONS}
-             for flags in ((False, False, False), (True, False, False), (True, True, True))]
-    for u in sm90.build(specs):
-        assert "div.rn.f32" in u["ptx"] and "sin.approx" not in u["ptx"], "unexpected build"
+              "constexprs": dict(zip(names, (*v, True), strict=True)), "options": LAUNCH_OPTIONS}
+             for v in variants]
+    for v, u in zip(variants, sm90.build(specs), strict=True):
+        assert "div.rn.f32" in u["ptx"] and "sin.approx" not in u["ptx"], f"unexpected build {v}"
+        # (the stack holds libdevice sinf's local array either way; spills are what ptxas reports as such)
+        assert u["spill"] == 0, f"variant {v} spills {u['spill']} bytes ({u['regs']} registers)"

@@ -1,6 +1,6 @@
 """Snake activation of the codec decoder (DAC's Snake1d: y = x + 1/(alpha + 1e-9) · sin(alpha·x)²) in one pass
-over [B, C, T] (optionally after a conv's bias add and a residual add: dac_decoder's epilogues), and the switch
-that points a loaded codec's Snake1d modules at it (or back) in place.
+over [B, C, T] or [B, T, C] memory (optionally after a conv's bias add and a residual add: dac_decoder's
+epilogues), and the switch that points a loaded codec's Snake1d modules at it (or back) in place.
 
 Worker processes only (torch, triton); never edits or imports from transformers' modeling files.
 """
@@ -39,35 +39,46 @@ def snake_values(x, alpha, PRECISE_SIN: tl.constexpr):
 # as a separate broadcast add), then (residual units) `skip + out`, then the next Snake1d. With HAS_BIAS /
 # HAS_SKIP this kernel does those fp32 operations in the same order on values that stay in registers
 # (v = x + bias; v = skip + v; y = snake(v)), WRITE_RAW also storing v; with neither it is the plain Snake.
-# Sizes are not specialised on (only the tile shape is), so a new codec length does not compile a new variant.
-@triton.jit(do_not_specialize=["num_rows", "num_channels", "length"])
-def _snake_kernel(x_ptr, bias_ptr, skip_ptr, alpha_ptr, raw_ptr, y_ptr, num_rows, num_channels, length,
-                  stride_xb, stride_xc, stride_sb, stride_sc, stride_rb, stride_rc, stride_yb, stride_yc,
+# A tile is BLOCK_R rows × BLOCK_C unit-stride columns. CHANNELS_LAST off ([B, C, T] memory): a row is one
+# (batch, channel), its columns are samples, the per-channel values go by row. On ([B, T, C] memory, the
+# channels-last decoder's): a row is one (batch, sample), its columns are channels, the per-channel values go by
+# column. Sizes are not specialised on (only the tile shape is), so a new codec length compiles no new variant.
+@triton.jit(do_not_specialize=["num_rows", "rows_per_batch", "num_cols"])
+def _snake_kernel(x_ptr, bias_ptr, skip_ptr, alpha_ptr, raw_ptr, y_ptr, num_rows, rows_per_batch, num_cols,
+                  stride_xb, stride_xr, stride_sb, stride_sr, stride_rb, stride_rr, stride_yb, stride_yr,
                   HAS_BIAS: tl.constexpr, HAS_SKIP: tl.constexpr, WRITE_RAW: tl.constexpr,
-                  BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PRECISE_SIN: tl.constexpr):
-    # One program: a tile of BLOCK_R (batch, channel) rows × BLOCK_T samples; short rows (the decoder's first
-    # stages) share a program instead of leaving most of its lanes masked.
+                  CHANNELS_LAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                  PRECISE_SIN: tl.constexpr):
+    # Short rows (the decoder's first stages, or few channels) share a program instead of leaving most of its
+    # lanes masked.
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
-    t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)  # [BLOCK_T]
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)  # [BLOCK_C]
     row_ok = rows < num_rows
-    b = (rows // num_channels).to(tl.int64)
-    c = rows % num_channels
-    c64 = c.to(tl.int64)
-    mask = row_ok[:, None] & (t < length)[None, :]
-    v = tl.load(x_ptr + (b * stride_xb + c64 * stride_xc)[:, None] + t[None, :], mask=mask, other=0.0)
-    v = v.to(tl.float32)  # [BLOCK_R, BLOCK_T]
+    col_ok = cols < num_cols
+    b = (rows // rows_per_batch).to(tl.int64)
+    r = rows % rows_per_batch
+    r64 = r.to(tl.int64)
+    mask = row_ok[:, None] & col_ok[None, :]
+    if CHANNELS_LAST:
+        chan = cols[None, :]  # [1, BLOCK_C]
+        chan_ok = col_ok[None, :]
+    else:
+        chan = r[:, None]  # [BLOCK_R, 1]
+        chan_ok = row_ok[:, None]
+    v = tl.load(x_ptr + (b * stride_xb + r64 * stride_xr)[:, None] + cols[None, :], mask=mask, other=0.0)
+    v = v.to(tl.float32)  # [BLOCK_R, BLOCK_C]
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + c, mask=row_ok, other=0.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
+        bias = tl.load(bias_ptr + chan, mask=chan_ok, other=0.0).to(tl.float32)
         v = v + bias  # the conv's `output.add_(bias)`
     if HAS_SKIP:
-        skip = tl.load(skip_ptr + (b * stride_sb + c64 * stride_sc)[:, None] + t[None, :], mask=mask, other=0.0)
+        skip = tl.load(skip_ptr + (b * stride_sb + r64 * stride_sr)[:, None] + cols[None, :], mask=mask, other=0.0)
         v = skip.to(tl.float32) + v  # DacResidualUnit's `hidden_state + output_tensor`
     if WRITE_RAW:  # the pre-activation is also a later residual unit's skip input
-        tl.store(raw_ptr + (b * stride_rb + c64 * stride_rc)[:, None] + t[None, :],
+        tl.store(raw_ptr + (b * stride_rb + r64 * stride_rr)[:, None] + cols[None, :],
                  v.to(raw_ptr.dtype.element_ty), mask=mask)
-    alpha = tl.load(alpha_ptr + c, mask=row_ok, other=1.0).to(tl.float32)[:, None]  # [BLOCK_R, 1]
+    alpha = tl.load(alpha_ptr + chan, mask=chan_ok, other=1.0).to(tl.float32)
     y = snake_values(v, alpha, PRECISE_SIN)
-    tl.store(y_ptr + (b * stride_yb + c64 * stride_yc)[:, None] + t[None, :], y.to(y_ptr.dtype.element_ty),
+    tl.store(y_ptr + (b * stride_yb + r64 * stride_yr)[:, None] + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=mask)
 
 
@@ -78,33 +89,54 @@ LAUNCH_OPTIONS = {"num_warps": 4, "enable_fp_fusion": False}
 _TILE = 16384 if _INTERPRET else 1024
 
 
-def unit_stride(t: torch.Tensor) -> torch.Tensor:
-    """t [B, C, T] itself when its samples are unit-stride (rows may be strided), else a contiguous copy."""
-    return t if t.stride(2) == 1 or t.shape[2] == 1 else t.contiguous()
+def unit_stride(t: torch.Tensor, dim: int = 2) -> torch.Tensor:
+    """t [B, C, T] itself when its `dim` (2: samples, 1: channels, the channels-last layout) is unit-stride (the
+    other dims may be strided: a view cut along T is fine), else a copy with `dim` fastest."""
+    if t.stride(dim) == 1 or t.shape[dim] == 1:
+        return t
+    if dim == 2:
+        return t.contiguous()
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _channel_block(num_channels: int, tile: int) -> int:
+    """Channels per tile in the channels-last layout: the largest power of two dividing C, up to 128 (DAC's
+    3·2^k channel counts: no masked lanes; 4×256 tiles spill on sm_90), or C rounded up to a power of two (at
+    most 128) when that divisor is small."""
+    low = num_channels & -num_channels
+    block = min(low, 128) if low >= 32 else min(128, max(16, triton.next_power_of_2(num_channels)))
+    return min(tile, block)
 
 
 def launch_snake(x: torch.Tensor, alpha: torch.Tensor, y: torch.Tensor, tile: int = _TILE,
                  bias: torch.Tensor | None = None, skip: torch.Tensor | None = None,
-                 raw: torch.Tensor | None = None) -> None:
+                 raw: torch.Tensor | None = None, channels_last: bool = False) -> None:
     """y ← snake(v) with v = skip + (x + bias) (each part when given), raw ← v when given. x, y, skip, raw:
-    [B, C, T] with unit sample stride (rows may be strided); alpha, bias: [C] contiguous. No host syncs: safe
-    inside CUDA graph capture once the kernel is compiled."""
+    [B, C, T] with unit sample stride, or with channels_last unit channel stride ([B, T, C] memory); the other
+    dims may be strided (a view cut along T). alpha, bias: [C] contiguous. No host syncs: safe inside CUDA graph
+    capture once the kernel is compiled."""
     num_batch, num_channels, length = x.shape
     if not y.numel():
         return
-    num_rows = num_batch * num_channels
-    # Rows shorter than the tile (the decoder's first stages: ~150 samples at 6 s) share a program; five tile
-    # shapes in all (64-1024 samples wide).
-    block_t = min(tile, max(64, triton.next_power_of_2(length)))
-    block_r = tile // block_t
-    grid = (triton.cdiv(num_rows, block_r), triton.cdiv(length, block_t))
+    if channels_last:
+        rows_per_batch, num_cols, row_dim = length, num_channels, 2
+        block_c = _channel_block(num_channels, tile)
+    else:
+        # Rows shorter than the tile (the decoder's first stages: ~150 samples at 6 s) share a program; five tile
+        # shapes in all (64-1024 samples wide).
+        rows_per_batch, num_cols, row_dim = num_channels, length, 1
+        block_c = min(tile, max(64, triton.next_power_of_2(length)))
+    block_r = max(1, tile // block_c)
+    num_rows = num_batch * rows_per_batch
+    grid = (triton.cdiv(num_rows, block_r), triton.cdiv(num_cols, block_c))
     skip_arg = skip if skip is not None else x  # (unread without a skip, a bias or a raw output)
     raw_arg = raw if raw is not None else y
     _snake_kernel[grid](
-        x, bias if bias is not None else alpha, skip_arg, alpha, raw_arg, y, num_rows, num_channels, length,
-        x.stride(0), x.stride(1), skip_arg.stride(0), skip_arg.stride(1), raw_arg.stride(0), raw_arg.stride(1),
-        y.stride(0), y.stride(1), HAS_BIAS=bias is not None, HAS_SKIP=skip is not None, WRITE_RAW=raw is not None,
-        BLOCK_R=block_r, BLOCK_T=block_t, PRECISE_SIN=not _INTERPRET, **LAUNCH_OPTIONS)
+        x, bias if bias is not None else alpha, skip_arg, alpha, raw_arg, y, num_rows, rows_per_batch, num_cols,
+        x.stride(0), x.stride(row_dim), skip_arg.stride(0), skip_arg.stride(row_dim), raw_arg.stride(0),
+        raw_arg.stride(row_dim), y.stride(0), y.stride(row_dim), HAS_BIAS=bias is not None,
+        HAS_SKIP=skip is not None, WRITE_RAW=raw is not None, CHANNELS_LAST=channels_last, BLOCK_R=block_r,
+        BLOCK_C=block_c, PRECISE_SIN=not _INTERPRET, **LAUNCH_OPTIONS)
 
 
 def snake(x: torch.Tensor, alpha: torch.Tensor, tile: int = _TILE) -> torch.Tensor:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 triton = pytest.importorskip("triton")
 
@@ -16,6 +17,7 @@ from tiny_codec import check_graph_replays, tiny_codec
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
+from realtime_tts.engine.kernels.snake import unit_stride
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -74,6 +76,63 @@ def test_epilogue_on_strided_skip_and_input() -> None:
     assert raw is not None
     torch.testing.assert_close(raw, ref_raw, rtol=0, atol=0)
     torch.testing.assert_close(y, kernels.snake(ref_raw, alpha, tile=128), rtol=0, atol=0)
+
+
+def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    """t [B, C, T] with the same values in [B, T, C] memory (channel stride 1)."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+@pytest.mark.parametrize("tile", [64, 1024])
+@pytest.mark.parametrize("shape", [(2, 96, 37), (3, 5, 20), (1, 300, 9), (2, 1, 50), (2, 7, 1)])
+@pytest.mark.parametrize(("with_bias", "with_skip", "keep_raw", "inplace"), [
+    (True, False, False, True), (True, False, True, True), (True, True, True, True), (True, True, False, True),
+    (False, True, True, False), (False, False, False, False),
+])
+def test_channels_last_epilogue_matches_the_stock_ops(shape: tuple[int, int, int], tile: int, with_bias: bool,
+                                                      with_skip: bool, keep_raw: bool, inplace: bool) -> None:
+    # [B, T, C] memory: tiles over (batch·T rows, C columns); 300 channels at tile 64 cross channel-tile edges
+    x, bias, alpha, skip = _inputs(shape, sum(shape) + tile + 1)
+    b = bias if with_bias else None
+    s = _channels_last(skip) if with_skip else None
+    ref_raw, ref_y = conv_epilogue_ref(x, b, alpha, skip if with_skip else None)
+    x_arg = _channels_last(x)
+    strides = x_arg.stride()
+    raw, y = conv_epilogue(x_arg, b, alpha, skip=s, keep_raw=keep_raw, inplace=inplace, tile=tile,
+                           channels_last=True)
+    assert y.stride() == strides  # the layout is kept
+    if keep_raw:
+        assert raw is not None and raw.stride() == strides
+        torch.testing.assert_close(raw, ref_raw, rtol=0, atol=0)  # the same fp32 additions in the same order
+    # one snake_values in both layouts: equal to the bit to the [B, C, T] kernel on the same values
+    torch.testing.assert_close(y, kernels.snake(ref_raw, alpha, tile=tile), rtol=0, atol=0)
+    torch.testing.assert_close(y, ref_y, rtol=1e-5, atol=1e-5 * float(ref_y.abs().max()))
+    if inplace:
+        taken = raw if raw is not None else y
+        assert taken.data_ptr() == x_arg.data_ptr()
+    else:
+        torch.testing.assert_close(x_arg, x, rtol=0, atol=0)
+
+
+def test_channels_last_epilogue_reads_a_skip_cropped_along_t_in_place() -> None:
+    # a residual unit's skip[..., p:-p] in [B, T, C] memory: a crop along T (an offset and a batch stride of the
+    # uncropped length), channels still unit-stride; the kernel reads that view as it is
+    x, bias, alpha, _ = _inputs((2, 48, 70), 12)
+    g = torch.Generator().manual_seed(13)
+    wide = _channels_last(torch.randn(2, 48, 90, generator=g).to(DEVICE))  # [2, 48, 90] in [2, 90, 48] memory
+    skip = wide[..., 10:-10]  # [2, 48, 70]
+    assert skip.stride() == (90 * 48, 1, 48) and skip.storage_offset() == 10 * 48
+    assert unit_stride(skip, 1) is skip  # no copy on the way in
+    raw, y = conv_epilogue(_channels_last(x), bias, alpha, skip=skip, keep_raw=True, inplace=True, tile=512,
+                           channels_last=True)
+    ref_raw, _ = conv_epilogue_ref(x, bias, alpha, skip.contiguous())
+    assert raw is not None
+    torch.testing.assert_close(raw, ref_raw, rtol=0, atol=0)
+    torch.testing.assert_close(y, kernels.snake(ref_raw, alpha, tile=512), rtol=0, atol=0)
+    # a [B, C, T]-memory input is made channels-last first (a copy), and still gives the same values
+    _, y2 = conv_epilogue(x.clone(), bias, alpha, skip=skip, keep_raw=True, channels_last=True)
+    assert y2.stride(1) == 1
+    torch.testing.assert_close(y2, y, rtol=0, atol=0)
 
 
 def test_epilogue_is_per_channel() -> None:
@@ -158,6 +217,88 @@ def test_fused_codec_alone_matches_stock(tiny_checkpoint: Path) -> None:
     np.testing.assert_allclose(codec.decode(grids)[0], stock[0], rtol=1e-5, atol=1e-5 * float(np.abs(stock[0]).max()))
 
 
+def _assert_close_audio(a: np.ndarray, r: np.ndarray, device: str) -> None:
+    # CPU: fp32 convs, but oneDNN's NHWC conv kernels sum in another order than its NCW ones: a few ulps apart
+    # (measured up to 3e-8 on audio of peak 0.09), not bit-equal. CUDA: TF32 convs, 1e-3 abs (the brief's bound).
+    if device == "cpu":
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5 * float(np.abs(r).max()))
+    else:
+        np.testing.assert_allclose(a, r, rtol=0, atol=1e-3)
+
+
+def test_channels_last_decoder_matches_stock_and_switches(tiny_checkpoint: Path) -> None:
+    codec = tiny_codec(tiny_checkpoint, DEVICE)
+    model = codec.model
+    decoder = model.acoustic_decoder
+    g = torch.Generator().manual_seed(3)
+    grids = [torch.randint(0, 1024, (8, t), generator=g) for t in (5, 5, 7)]
+    keys = list(model.state_dict())
+    stock = codec.decode(grids)
+    assert use_fused_codec(model) == 1  # the NCHW fused decoder first
+    assert use_fused_codec(model, channels_last=True) == 1  # relaid: one switch API, counted as a change
+    assert use_fused_codec(model, channels_last=True) == 0  # idempotent
+    assert _decoder_classes(codec) == ["FusedDacDecoder"]
+    assert list(model.state_dict()) == keys  # the cached channels-last weights are no parameters or buffers
+    cl = codec.decode(grids)
+    for a, r in zip(cl, stock, strict=True):
+        assert a.shape == r.shape
+        _assert_close_audio(a, r, codec.device.type)
+    assert use_fused_codec(model, enabled=False) == 1
+    assert _decoder_classes(codec) == ["DacDecoder"]
+    assert not any("_fused_channels_last_weight" in m.__dict__ for m in decoder.modules())
+    for a, r in zip(codec.decode(grids), stock, strict=True):
+        np.testing.assert_array_equal(a, r)
+    assert use_fused_codec(model, channels_last=True) == 1  # straight from stock
+    for a, r in zip(codec.decode(grids), cl, strict=True):
+        np.testing.assert_array_equal(a, r)  # the same ops again: the same bits
+    # a weight changed in place after the switch: the cached channels-last copy follows it
+    with torch.no_grad():
+        decoder.block[0].conv_t1.weight.mul_(1.5)
+    changed_cl = codec.decode(grids[:1])
+    assert not np.array_equal(changed_cl[0], cl[0])
+    use_fused_codec(model, enabled=False)
+    _assert_close_audio(changed_cl[0], codec.decode(grids[:1])[0], codec.device.type)
+
+
+class _OpLog(TorchDispatchMode):
+    """Every aten op a forward runs, with its tensor arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, list[torch.Tensor]]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append((str(func), [a for a in args if isinstance(a, torch.Tensor)]))
+        return func(*args, **(kwargs or {}))
+
+
+def test_channels_last_decoder_converts_only_at_entry(tiny_checkpoint: Path) -> None:
+    # Every conv gets a channels_last input and weight, no layout conversion runs between convs (the Triton
+    # interpreter's own copies restore storage as it was: same strides on both sides), one at the entry.
+    codec = tiny_codec(tiny_checkpoint, "cpu")
+    decoder = codec.model.acoustic_decoder
+    x = torch.randn(2, decoder.conv1.in_channels, 6)  # [B, D, T]
+    with torch.inference_mode():
+        stock = decoder(x)  # [B, 1, T_wave]
+    use_fused_codec(codec.model, channels_last=True)
+    with torch.inference_mode(), _OpLog() as log:
+        wave = decoder(x)
+    assert wave.shape == stock.shape and wave.is_contiguous()  # [B, 1, T_wave], as the stock decoder returns it
+    torch.testing.assert_close(wave, stock, rtol=1e-5, atol=1e-5 * float(stock.abs().max()))
+    names = [name for name, _ in log.ops]
+    convs = [t for name, t in log.ops if name.startswith(("aten.conv2d", "aten.conv_transpose2d"))]
+    num_convs = sum(isinstance(m, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)) for m in decoder.modules())
+    assert len(convs) == num_convs
+    for x4, w4 in (t[:2] for t in convs):
+        assert x4.is_contiguous(memory_format=torch.channels_last) and x4.stride(1) == 1
+        assert w4.is_contiguous(memory_format=torch.channels_last)
+    assert names.count("aten.contiguous.default") == 1  # the entry
+    assert not {n.split(".")[1] for n in names} & {"clone", "_to_copy", "to", "transpose", "permute"}
+    for name, t in log.ops:
+        if name.startswith("aten.copy_"):
+            assert t[0].stride() == t[1].stride(), "a layout conversion between convs"
+
+
 def test_decoder_with_a_hook_is_left_stock(tiny_checkpoint: Path) -> None:
     codec = tiny_codec(tiny_checkpoint, "cpu")
     decoder = codec.model.acoustic_decoder
@@ -179,3 +320,22 @@ def test_tiny_codec_on_cuda_fused_and_graph_captured(tiny_checkpoint: Path) -> N
         use_fused_codec(model)
 
     check_graph_replays(codec, switch, np.testing.assert_array_equal)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_tiny_codec_on_cuda_channels_last_and_graph_captured(tiny_checkpoint: Path) -> None:
+    codec = tiny_codec(tiny_checkpoint, "cuda")
+    g = torch.Generator().manual_seed(4)
+    grids = [torch.randint(0, 1024, (8, t), generator=g) for t in (10, 10, 17, 150)]
+    stock = codec.decode(grids)
+    assert use_fused_codec(codec.model, channels_last=True) == 1
+    for a, r in zip(codec.decode(grids), stock, strict=True):
+        assert a.shape == r.shape
+        np.testing.assert_allclose(a, r, rtol=0, atol=1e-3)  # TF32 convs in another layout: not bit-equal
+    use_fused_codec(codec.model, enabled=False)
+
+    def switch(model: torch.nn.Module) -> None:  # the channels-last decoder, captured then replayed
+        use_fused_codec(model, channels_last=True)
+
+    check_graph_replays(codec, switch, lambda a, r: np.testing.assert_allclose(a, r, rtol=0, atol=1e-3))

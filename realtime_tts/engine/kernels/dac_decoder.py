@@ -1,5 +1,6 @@
-"""The codec decoder's conv epilogues in one pass each (a conv's bias add, the residual add, the next Snake), and
-the switch that points a loaded codec's DAC decoder at them (or back) in place.
+"""The codec decoder's conv epilogues in one pass each (a conv's bias add, the residual add, the next Snake), the
+decoder forward around them (NCHW, or channels-last end to end), and the switch that points a loaded codec's DAC
+decoder at it (or back) in place.
 
 Worker processes only (torch, triton); never edits or imports from transformers' modeling files.
 """
@@ -8,6 +9,7 @@ Worker processes only (torch, triton); never edits or imports from transformers'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,26 +20,30 @@ from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, launch_snake, s
 
 
 def conv_epilogue(x: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor, skip: torch.Tensor | None = None,
-                  keep_raw: bool = False, inplace: bool = False,
-                  tile: int = _TILE) -> tuple[torch.Tensor | None, torch.Tensor]:
+                  keep_raw: bool = False, inplace: bool = False, tile: int = _TILE,
+                  channels_last: bool = False) -> tuple[torch.Tensor | None, torch.Tensor]:
     """x: [B, C, T] a conv's output without its bias; bias: [C] or None; alpha: [1, C, 1]; skip: [B, C, T] or None
-    → (raw, y): raw = skip + (x + bias) (None unless keep_raw), y = snake(raw).
+    → (raw, y): raw = skip + (x + bias) (None unless keep_raw), y = snake(raw), in x's memory layout.
 
-    inplace=True: x is the caller's scratch (a conv output nobody else holds) and takes raw, or y when raw is not
-    kept. Rows of x and skip may be strided (a view cut along the last axis). No host syncs.
+    channels_last=True: x and skip are [B, C, T] views of [B, T, C] memory (channel stride 1, e.g. a
+    channels_last [B, C, 1, T] conv output squeezed). inplace=True: x is the caller's scratch (a conv output nobody
+    else holds) and takes raw, or y when raw is not kept. x and skip may be cut along T (a strided view,
+    read in place). No host syncs.
     """
     assert x.dim() == 3, f"x must be [B, C, T], got {tuple(x.shape)}"
     num_channels = x.shape[1]
-    x = unit_stride(x)  # a copy, if one is made, is scratch too
+    fast_dim = 1 if channels_last else 2
+    x = unit_stride(x, fast_dim)  # a copy, if one is made, is scratch too
     assert alpha.numel() == num_channels, f"alpha has {alpha.numel()} values for {num_channels} channels"
     alpha_flat = alpha.reshape(num_channels).contiguous()
     bias_flat = bias.reshape(num_channels).contiguous() if bias is not None else None
     if skip is not None:
         assert skip.shape == x.shape, f"skip {tuple(skip.shape)} does not match x {tuple(x.shape)}"
-        skip = unit_stride(skip)
+        skip = unit_stride(skip, fast_dim)
+    # empty_like keeps x's strides (x is dense): the outputs share its layout
     raw = (x if inplace else torch.empty_like(x)) if keep_raw else None  # [B, C, T]
     y = x if inplace and not keep_raw else torch.empty_like(x)  # [B, C, T]
-    launch_snake(x, alpha_flat, y, tile, bias=bias_flat, skip=skip, raw=raw)
+    launch_snake(x, alpha_flat, y, tile, bias=bias_flat, skip=skip, raw=raw, channels_last=channels_last)
     return raw, y
 
 
@@ -66,6 +72,42 @@ def _conv(conv: Any, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# The channels-last decoder runs each conv as the 2-D op on [B, C, 1, T] in torch.channels_last memory ([B, T, C]),
+# where cuDNN's TF32 conv kernels work natively (NCHW tensors cost it a layout conversion on each side of every
+# conv). Each conv's weight in that form is cached on the conv module as a plain attribute (not a parameter or
+# buffer: the state dict does not change), made at switch time and remade if the weight changes.
+_CL_FLAG = "_fused_channels_last"
+_CL_WEIGHT = "_fused_channels_last_weight"
+
+
+def _cl_weight(conv: Any) -> torch.Tensor:
+    """conv's weight [O, I, K] (transposed: [I, O, K]) as [O, I, 1, K] in channels_last memory, cached."""
+    w = conv.weight
+    key = (w.data_ptr(), w._version, w.device, w.dtype)
+    cached = conv.__dict__.get(_CL_WEIGHT)
+    if cached is None or cached[0] != key:
+        with torch.no_grad():
+            w4 = w.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)  # [O, I, 1, K]
+        cached = (key, w4)
+        conv.__dict__[_CL_WEIGHT] = cached
+    weight: torch.Tensor = cached[1]
+    return weight
+
+
+def _conv_cl(conv: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x: [B, C, T] in [B, T, C] memory → the module's conv of it (bias only when given) as [B, C', T'] in
+    [B, T', C'] memory: the 2-D op on the [B, C, 1, T] channels_last view, no copies."""
+    x4 = x.unsqueeze(2)  # [B, C, 1, T], channels_last strides
+    w4 = _cl_weight(conv)
+    if conv.transposed:
+        out = F.conv_transpose2d(x4, w4, bias, (1, conv.stride[0]), (0, conv.padding[0]),
+                                 (0, conv.output_padding[0]), conv.groups, (1, conv.dilation[0]))
+    else:
+        padding = conv.padding if isinstance(conv.padding, str) else (0, conv.padding[0])
+        out = F.conv2d(x4, w4, bias, (1, conv.stride[0]), padding, (1, conv.dilation[0]), conv.groups)
+    return out.squeeze(2)  # [B, C', T']
+
+
 def _units(block: Any) -> list[Any]:
     return [block.res_unit1, block.res_unit2, block.res_unit3]
 
@@ -75,28 +117,40 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
         # CPU without the interpreter, or another dtype (the stock ops would round between ops): stock path
         stock: torch.Tensor = _SWITCH.stock_class(type(self)).forward(self, hidden_state)
         return stock
+    channels_last = bool(self.__dict__.get(_CL_FLAG, False))
+    conv: Callable[[Any, torch.Tensor], torch.Tensor] = _conv_cl if channels_last else _conv
+    if channels_last:
+        # the one conversion in: [B, D, T] → [B, T, D] memory; every activation after it stays channels-last
+        hidden_state = hidden_state.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)
     blocks: list[Any] = list(self.block)
     # Every Snake1d's alpha in the order the decoder applies them; each conv's epilogue ends in the next one.
     alphas = [m.alpha for blk in blocks for m in [blk.snake1] + [s for u in _units(blk) for s in (u.snake1, u.snake2)]]
     alphas.append(self.snake1.alpha)
     nxt = iter(alphas)
-    _, act = conv_epilogue(_conv(self.conv1, hidden_state), self.conv1.bias, next(nxt), inplace=True)  # [B, C0, T]
+    _, act = conv_epilogue(conv(self.conv1, hidden_state), self.conv1.bias, next(nxt), inplace=True,
+                           channels_last=channels_last)  # [B, C0, T]
     for blk in blocks:
         # the upsampling conv's output is both the first unit's Snake input and its skip
-        skip, act = conv_epilogue(_conv(blk.conv_t1, act), blk.conv_t1.bias, next(nxt), keep_raw=True,
-                                  inplace=True)  # [B, C, T·stride] each
+        skip, act = conv_epilogue(conv(blk.conv_t1, act), blk.conv_t1.bias, next(nxt), keep_raw=True,
+                                  inplace=True, channels_last=channels_last)  # [B, C, T·stride] each
         units = _units(blk)
         for i, unit in enumerate(units):
-            _, act = conv_epilogue(_conv(unit.conv1, act), unit.conv1.bias, next(nxt), inplace=True)
-            out = _conv(unit.conv2, act)  # [B, C, T']
+            _, act = conv_epilogue(conv(unit.conv1, act), unit.conv1.bias, next(nxt), inplace=True,
+                                   channels_last=channels_last)
+            out = conv(unit.conv2, act)  # [B, C, T']
             assert skip is not None
             padding = (skip.shape[-1] - out.shape[-1]) // 2
             if padding > 0:
                 skip = skip[..., padding:-padding]
             # the last unit's sum only feeds the next block's (or the decoder's) Snake: not stored
             skip, act = conv_epilogue(out, unit.conv2.bias, next(nxt), skip=skip, keep_raw=i < len(units) - 1,
-                                      inplace=True)
-    hidden_state = self.conv2(act)  # stock, bias and all: its 1-channel output is the waveform
+                                      inplace=True, channels_last=channels_last)
+    if channels_last:
+        # bias and all, as the stock conv2; with one output channel [B, 1, T] memory is both layouts: the conversion
+        # out is free (.contiguous() is a no-op, kept as the guarantee)
+        hidden_state = _conv_cl(self.conv2, act, self.conv2.bias).contiguous()  # [B, 1, T_wave]
+    else:
+        hidden_state = self.conv2(act)  # stock, bias and all: its 1-channel output is the waveform
     out_wave: torch.Tensor = self.tanh(hidden_state)
     return out_wave
 
@@ -143,13 +197,31 @@ def _is_dac_decoder(module: Any) -> bool:
         return False
 
 
-def use_fused_codec(model: torch.nn.Module, enabled: bool = True) -> int:
-    """Switch every DAC decoder under `model` (e.g. a codec's HiggsAudioV2TokenizerModel) to the fused epilogues,
-    or back to transformers' stock forward with enabled=False → how many decoders changed.
+def use_fused_codec(model: torch.nn.Module, enabled: bool = True, channels_last: bool = False) -> int:
+    """Switch every DAC decoder under `model` (e.g. a codec's HiggsAudioV2TokenizerModel) to the fused epilogues
+    (channels_last=True: with every activation in channels-last memory, the convs as 2-D channels_last ops), or
+    back to transformers' stock forward with enabled=False → how many decoders changed (class or layout).
 
     In place, by class, as use_fused_snake does: the decoder becomes an instance of a subclass of its own class
     that only overrides forward, so parameters, state-dict keys and isinstance checks stay. Idempotent. The fused
     forward reads the decoder's Snake1d alphas itself, so it does not matter whether use_fused_snake switched
     those modules; the encoder's Snake1d modules are use_fused_snake's alone.
     """
-    return _SWITCH.apply(model, _is_dac_decoder, enabled)
+    changed = 0
+    for module in model.modules():
+        if not _is_dac_decoder(module):
+            continue
+        switched = _SWITCH.apply(module, lambda m, d=module: m is d, enabled)  # type: ignore[misc]
+        want = enabled and channels_last
+        relaid = want != bool(module.__dict__.get(_CL_FLAG, False))
+        if want:
+            module.__dict__[_CL_FLAG] = True
+            for conv in module.modules():  # the weights converted once, now
+                if isinstance(conv, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
+                    _cl_weight(conv)
+        else:
+            module.__dict__.pop(_CL_FLAG, None)
+            for conv in module.modules():
+                conv.__dict__.pop(_CL_WEIGHT, None)
+        changed += bool(switched or relaid)
+    return changed

@@ -80,8 +80,9 @@ class FusedBackbone:
         if attention not in kernels.ATTENTION_MODES:
             raise ValueError(f"attention must be one of {kernels.ATTENTION_MODES}, not {attention!r}")
         self.attention, self.block, self.heads = attention, block, heads
-        # the attention kernel's lazy softmax rescaling and register cap (kernels.varlen_attention_gqa)
-        self.lazy_tau, self.max_regs = lazy_tau, max_regs
+        # the attention kernel's lazy softmax rescaling and register cap (kernels.varlen_attention_gqa; the
+        # "fused" mode's kernel has neither)
+        self.lazy_tau, self.max_regs = (lazy_tau, max_regs) if attention != "fused" else (0.0, 0)
         # Forwards of at least swiglu_gemm_min_tokens tokens run the MLP's gate/up GEMM with SwiGLU in its
         # epilogue (kernels/gemm.py; the [N, 2I] product never reaches memory); smaller ones, and all when 0,
         # cuBLAS + silu_mul. (The o/down projections with the residual add in a Triton GEMM's epilogue measured

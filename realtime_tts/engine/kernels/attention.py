@@ -382,6 +382,8 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
     lazy_tau, max_regs: varlen_attention_gqa's (split and q_fused).
     """
     if mode == "fused":
+        if lazy_tau or max_regs:
+            raise ValueError("lazy_tau and max_regs apply to the split and q_fused modes only")
         return varlen_attention_rope(q, k, v, cu_seqlens, max_seqlen, tiles, q_weight, k_weight, positions,
                                      cos_table, sin_table, eps, scale=scale, out=out, block_m=block_m,
                                      block_n=block_n, num_warps=num_warps, num_stages=num_stages)

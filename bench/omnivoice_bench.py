@@ -472,24 +472,27 @@ def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 
     """Eager codec decode of one batch of `num` random dur-second grids with transformers' Snake1d modules, with
     the fused Snake kernel, with the fused decoder too (use_fused_codec: conv bias, residual add and Snake in one
     pass), and fused with cudnn.benchmark (a candidate: cuDNN's timed algorithm choice may
-    avoid the NCHW<->NHWC conversions the heuristics' TF32 kernels pay): ms each (median of 3, synced), max
+    avoid the NCHW<->NHWC conversions the heuristics' TF32 kernels pay), and the fused decoder channels-last end
+    to end (fused_codec_cl: cuDNN's NHWC kernels with no conversions): ms each (median of 3, synced), max
     abs difference of the waveforms to the stock ones. Leaves the codec as --fused-snake set it, and its decoder
     as it found it."""
     from realtime_tts.engine.kernels import use_fused_snake
-    from realtime_tts.engine.kernels.dac_decoder import use_fused_codec
+    from realtime_tts.engine.kernels.dac_decoder import fused_codec_state, use_fused_codec
 
     g = torch.Generator().manual_seed(5)
     grids = torch.randint(0, 1024, (num, 8, round(args.dur * 25)), generator=g).to(model.codec.device)  # [B, 8, T]
     rec: dict[str, Any] = {"kind": "codec", "B": num, "dur_s": args.dur}
     waves = {}
     cudnn_benchmark = torch.backends.cudnn.benchmark
-    codec_was_fused = use_fused_codec(model.codec.model, enabled=False) > 0
+    codec_was_fused, codec_was_cl = fused_codec_state(model.codec.model)
     try:
         with torch.inference_mode():
             for name, fused, timed_algos in (("stock", False, False), ("fused", True, False),
-                                             ("fused_codec", True, False), ("fused_cudnn_benchmark", True, True)):
+                                             ("fused_codec", True, False), ("fused_cudnn_benchmark", True, True),
+                                             ("fused_codec_cl", True, False)):
                 rec[f"num_switched_{name}"] = use_fused_snake(model.codec.model, enabled=fused)
-                rec[f"num_switched_codec_{name}"] = use_fused_codec(model.codec.model, enabled=name == "fused_codec")
+                rec[f"num_switched_codec_{name}"] = use_fused_codec(
+                    model.codec.model, enabled=name.startswith("fused_codec"), channels_last=name == "fused_codec_cl")
                 torch.backends.cudnn.benchmark = timed_algos
                 times = []
                 for _ in range(4):  # the first: warm-up (cuDNN algorithms, Triton compile)
@@ -505,7 +508,7 @@ def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 
     finally:
         torch.backends.cudnn.benchmark = cudnn_benchmark
         use_fused_snake(model.codec.model, enabled=args.fused_snake)
-        use_fused_codec(model.codec.model, enabled=codec_was_fused)
+        use_fused_codec(model.codec.model, enabled=codec_was_fused, channels_last=codec_was_cl)
     del waves
     torch.cuda.empty_cache()
     emit(out_dir, rec)

@@ -16,7 +16,12 @@ triton = pytest.importorskip("triton")
 from tiny_codec import check_graph_replays, tiny_codec
 
 from realtime_tts.engine import kernels
-from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
+from realtime_tts.engine.kernels.dac_decoder import (
+    conv_epilogue,
+    conv_epilogue_ref,
+    fused_codec_state,
+    use_fused_codec,
+)
 from realtime_tts.engine.kernels.snake import unit_stride
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -234,9 +239,12 @@ def test_channels_last_decoder_matches_stock_and_switches(tiny_checkpoint: Path)
     grids = [torch.randint(0, 1024, (8, t), generator=g) for t in (5, 5, 7)]
     keys = list(model.state_dict())
     stock = codec.decode(grids)
+    assert fused_codec_state(model) == (False, False)
     assert use_fused_codec(model) == 1  # the NCHW fused decoder first
+    assert fused_codec_state(model) == (True, False)
     assert use_fused_codec(model, channels_last=True) == 1  # relaid: one switch API, counted as a change
     assert use_fused_codec(model, channels_last=True) == 0  # idempotent
+    assert fused_codec_state(model) == (True, True)
     assert _decoder_classes(codec) == ["FusedDacDecoder"]
     assert list(model.state_dict()) == keys  # the cached channels-last weights are no parameters or buffers
     cl = codec.decode(grids)
@@ -244,7 +252,7 @@ def test_channels_last_decoder_matches_stock_and_switches(tiny_checkpoint: Path)
         assert a.shape == r.shape
         _assert_close_audio(a, r, codec.device.type)
     assert use_fused_codec(model, enabled=False) == 1
-    assert _decoder_classes(codec) == ["DacDecoder"]
+    assert _decoder_classes(codec) == ["DacDecoder"] and fused_codec_state(model) == (False, False)
     assert not any("_fused_channels_last_weight" in m.__dict__ for m in decoder.modules())
     for a, r in zip(codec.decode(grids), stock, strict=True):
         np.testing.assert_array_equal(a, r)

@@ -225,3 +225,11 @@ def use_fused_codec(model: torch.nn.Module, enabled: bool = True, channels_last:
                 conv.__dict__.pop(_CL_WEIGHT, None)
         changed += bool(switched or relaid)
     return changed
+
+
+def fused_codec_state(model: torch.nn.Module) -> tuple[bool, bool]:
+    """(fused, channels_last) as use_fused_codec last left the DAC decoders under `model` (any of them), so a
+    caller that switches them for a while (the bench) can put them back."""
+    decoders = [m for m in model.modules() if _is_dac_decoder(m)]
+    fused = any(type(m) is not _SWITCH.stock_class(type(m)) for m in decoders)
+    return fused, any(m.__dict__.get(_CL_FLAG, False) for m in decoders)

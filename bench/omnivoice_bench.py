@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from realtime_tts.config import OmniVoiceConfig  # noqa: E402 - after the path insert
+from realtime_tts.engine.runner import CODEC_CHANNELS_LAST  # noqa: E402 - after the path insert
 
 CARD_TFLOPS = 775.0  # bf16 dense, measured on this card (../shared/docs/BASELINE.md)
 INSTRUCT = "female, young adult, moderate pitch"
@@ -387,7 +388,8 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
     # epilogues only under --fused-codec too (set here either way, whatever StepRunner chose), so the table
     # states which codec ran.
     use_fused_snake(model.codec.model, enabled=args.fused_snake)
-    use_fused_codec(model.codec.model, enabled=args.fused_snake and args.fused_codec)
+    use_fused_codec(model.codec.model, enabled=args.fused_snake and args.fused_codec,
+                    channels_last=args.codec_channels_last)
     emit(out_dir, {"kind": "load", "impl": "ours", "load_s": round(time.perf_counter() - t0, 2)})
     check_fused(model, runner, out_dir, args)
     for mode in args.modes.split(","):
@@ -634,8 +636,9 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
               "the worker's decode thread runs it." if args.codec_stream else "on the steps' stream, between "
               "batches.")), "",
              f"Codec in this table: {'fused Snake kernel' if args.fused_snake else 'stock transformers Snake1d'}"
-             f"{' with the fused decoder epilogues' if args.fused_snake and args.fused_codec else ''} "
-             "(--fused-snake, --fused-codec).", "",
+             f"{' with the fused decoder epilogues' if args.fused_snake and args.fused_codec else ''}"
+             f"{', channels-last' if args.fused_snake and args.fused_codec and args.codec_channels_last else ''} "
+             "(--fused-snake, --fused-codec, --codec-channels-last).", "",
              f"Attention (--attention, --attention-block, --attention-heads): {args.attention}, block "
              f"{args.attention_block}, {args.attention_heads or 'GQA group'} q head(s) per program, lazy rescaling "
              f"tau {args.attention_lazy_tau or 0:g} (0: off), register cap {args.attention_max_regs or 'none'} "
@@ -658,11 +661,13 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
                           f"{r['step_path_ms_min']}); chained graph replay median {r['graphed_ms_median']} ms "
                           f"(min {r['graphed_ms_min']})."]
         if r["kind"] == "codec":
+            variants = [("fused", "fused Snake kernel"), ("fused_codec", "fused decoder epilogues"),
+                        ("fused_codec_cl", "fused decoder epilogues, channels-last"),
+                        ("fused_cudnn_benchmark", "fused Snake with cudnn.benchmark")]
+            timed = [f"{label} {r[name + '_ms']} ms (max abs waveform difference {r[name + '_max_abs_diff']:.3g})"
+                     for name, label in variants if name + "_ms" in r]
             lines += ["", f"Codec decode, B={r['B']} random {r['dur_s']:g} s grids, eager, median of 3: stock Snake1d "
-                          f"{r['stock_ms']} ms, fused Snake kernel {r['fused_ms']} ms (max abs waveform difference "
-                          f"{r['fused_max_abs_diff']:.3g}), fused with cudnn.benchmark {r['fused_cudnn_benchmark_ms']} "
-                          f"ms (difference {r['fused_cudnn_benchmark_max_abs_diff']:.3g}); stock peak "
-                          f"{r['max_abs_stock']:.3g}."]
+                          f"{r['stock_ms']} ms; " + "; ".join(timed) + f"; stock peak {r['max_abs_stock']:.3g}."]
         if r["kind"] == "attn":
             lines += ["", "Attention " + json.dumps({k: v for k, v in r.items() if k not in ('kind', 't_s')})]
     text = "\n".join(lines) + "\n"
@@ -709,6 +714,9 @@ def main() -> None:
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     p.add_argument("--fused-codec", action=argparse.BooleanOptionalAction, default=True,
                    help="with --fused-snake, the decoder's conv bias and residual adds ride in the Snake passes")
+    p.add_argument("--codec-channels-last", action=argparse.BooleanOptionalAction, default=CODEC_CHANNELS_LAST,
+                   help="with --fused-codec, the decoder's activations in channels-last memory (default: the "
+                        "runner's)")
     args = p.parse_args()
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

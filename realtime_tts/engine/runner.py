@@ -39,6 +39,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 # item's 150 frames padded to 192 cost a B=128 design step ~0.3 ms of its ~1.6 ms head + scoring.
 BULK_FRAME_QUANTUM = 8
 PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
+CODEC_CHANNELS_LAST = False  # StepRunner(codec_channels_last=...): the fused codec decoder's memory layout
 
 
 def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:
@@ -220,7 +221,8 @@ class StepRunner:
     swiglu_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up GEMM + SwiGLU as one Triton
     kernel (0: never; FusedBackbone).
     fused_snake (CUDA): the codec's Snake activations through kernels/snake.py; with fused_codec, the decoder's
-    conv bias and residual adds inside those passes (kernels/dac_decoder.py). capture_lock: held around every
+    conv bias and residual adds inside those passes (kernels/dac_decoder.py), with codec_channels_last every
+    activation in channels-last memory (cuDNN's NHWC convs without layout conversions). capture_lock: held around every
     step-graph capture (the worker's lock, shared with its decode thread).
     """
 
@@ -233,7 +235,7 @@ class StepRunner:
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
                  attention_lazy_tau: float = 0.0, attention_max_regs: int = 0,
                  swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True, fused_codec: bool = True,
-                 capture_lock: threading.Lock | None = None) -> None:
+                 codec_channels_last: bool = CODEC_CHANNELS_LAST, capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
@@ -277,7 +279,7 @@ class StepRunner:
 
             use_fused_snake(model.codec.model)
             if fused_codec:  # the decoder's conv bias / residual adds folded into those Snake passes
-                use_fused_codec(model.codec.model)
+                use_fused_codec(model.codec.model, channels_last=codec_channels_last)
         if codec_graph_frames > 0 and cuda:
             from realtime_tts.engine.codec_graphs import CodecGraphs
 

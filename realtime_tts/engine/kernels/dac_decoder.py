@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from realtime_tts.engine.kernels import dac_units
 from realtime_tts.engine.kernels.module_switch import ForwardSwitch
 from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, launch_snake, snake_ref, unit_stride
 
@@ -77,6 +78,8 @@ def _conv(conv: Any, x: torch.Tensor) -> torch.Tensor:
 # conv). Each conv's weight in that form is cached on the conv module as a plain attribute (not a parameter or
 # buffer: the state dict does not change), made at switch time and remade if the weight changes.
 _CL_FLAG = "_fused_channels_last"
+# channels-last decoders only: residual units with C <= dac_units.MAX_UNIT_CHANNELS run as one kernel each
+_UNITS_FLAG = "_fused_units"
 _CL_WEIGHT = "_fused_channels_last_weight"
 
 
@@ -118,6 +121,7 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
         stock: torch.Tensor = _SWITCH.stock_class(type(self)).forward(self, hidden_state)
         return stock
     channels_last = bool(self.__dict__.get(_CL_FLAG, False))
+    fused_units = channels_last and bool(self.__dict__.get(_UNITS_FLAG, False))
     conv: Callable[[Any, torch.Tensor], torch.Tensor] = _conv_cl if channels_last else _conv
     if channels_last:
         # the one conversion in: [B, D, T] → [B, T, D] memory; every activation after it stays channels-last
@@ -135,6 +139,12 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
                                   inplace=True, channels_last=channels_last)  # [B, C, T·stride] each
         units = _units(blk)
         for i, unit in enumerate(units):
+            keep = i < len(units) - 1  # the last unit's sum only feeds the next block's (or the decoder's) Snake
+            if fused_units and dac_units.unit_fits(unit):
+                next(nxt)  # snake2's alpha: the kernel reads it from the unit
+                assert skip is not None
+                skip, act = dac_units.residual_unit(unit, act, skip, next(nxt), keep_raw=keep)
+                continue
             _, act = conv_epilogue(conv(unit.conv1, act), unit.conv1.bias, next(nxt), inplace=True,
                                    channels_last=channels_last)
             out = conv(unit.conv2, act)  # [B, C, T']
@@ -142,8 +152,7 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
             padding = (skip.shape[-1] - out.shape[-1]) // 2
             if padding > 0:
                 skip = skip[..., padding:-padding]
-            # the last unit's sum only feeds the next block's (or the decoder's) Snake: not stored
-            skip, act = conv_epilogue(out, unit.conv2.bias, next(nxt), skip=skip, keep_raw=i < len(units) - 1,
+            skip, act = conv_epilogue(out, unit.conv2.bias, next(nxt), skip=skip, keep_raw=keep,
                                       inplace=True, channels_last=channels_last)
     if channels_last:
         # bias and all, as the stock conv2; with one output channel [B, 1, T] memory is both layouts: the conversion
@@ -197,7 +206,8 @@ def _is_dac_decoder(module: Any) -> bool:
         return False
 
 
-def use_fused_codec(model: torch.nn.Module, enabled: bool = True, channels_last: bool = False) -> int:
+def use_fused_codec(model: torch.nn.Module, enabled: bool = True, channels_last: bool = False,
+                    fused_units: bool = False) -> int:
     """Switch every DAC decoder under `model` (e.g. a codec's HiggsAudioV2TokenizerModel) to the fused epilogues
     (channels_last=True: with every activation in channels-last memory, the convs as 2-D channels_last ops), or
     back to transformers' stock forward with enabled=False → how many decoders changed (class or layout).
@@ -206,14 +216,31 @@ def use_fused_codec(model: torch.nn.Module, enabled: bool = True, channels_last:
     that only overrides forward, so parameters, state-dict keys and isinstance checks stay. Idempotent. The fused
     forward reads the decoder's Snake1d alphas itself, so it does not matter whether use_fused_snake switched
     those modules; the encoder's Snake1d modules are use_fused_snake's alone.
+
+    fused_units=True (channels_last only): each residual unit with at most dac_units.MAX_UNIT_CHANNELS channels
+    runs as one Triton kernel (conv7 + bias + Snake + conv1x1 + bias + skip + next Snake), its weights prepared
+    now (plain attributes: the state dict does not change); wider units keep cuDNN + the epilogue kernel.
     """
+    if fused_units and not (enabled and channels_last):
+        raise ValueError("fused_units=True needs enabled=True and channels_last=True")
     changed = 0
     for module in model.modules():
         if not _is_dac_decoder(module):
             continue
         switched = _SWITCH.apply(module, lambda m, d=module: m is d, enabled)  # type: ignore[misc]
         want = enabled and channels_last
-        relaid = want != bool(module.__dict__.get(_CL_FLAG, False))
+        relaid = (want != bool(module.__dict__.get(_CL_FLAG, False))
+                  or fused_units != bool(module.__dict__.get(_UNITS_FLAG, False)))
+        units = [u for blk in module.block for u in _units(blk)]
+        if fused_units:
+            module.__dict__[_UNITS_FLAG] = True
+            for unit in units:
+                if dac_units.unit_fits(unit):
+                    dac_units.unit_weights(unit)
+        else:
+            module.__dict__.pop(_UNITS_FLAG, None)
+            for unit in units:
+                dac_units.drop_unit_weights(unit)
         if want:
             module.__dict__[_CL_FLAG] = True
             for conv in module.modules():  # the weights converted once, now
@@ -233,3 +260,8 @@ def fused_codec_state(model: torch.nn.Module) -> tuple[bool, bool]:
     decoders = [m for m in model.modules() if _is_dac_decoder(m)]
     fused = any(type(m) is not _SWITCH.stock_class(type(m)) for m in decoders)
     return fused, any(m.__dict__.get(_CL_FLAG, False) for m in decoders)
+
+
+def fused_units_state(model: torch.nn.Module) -> bool:
+    """Whether use_fused_codec last left any DAC decoder under `model` with its residual units fused."""
+    return any(m.__dict__.get(_UNITS_FLAG, False) for m in model.modules() if _is_dac_decoder(m))

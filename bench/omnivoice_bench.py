@@ -381,6 +381,7 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
     runner = StepRunner(model, precision=args.precision, attention=args.attention,
                         attention_block=tuple(int(v) for v in args.attention_block.split(",")),  # type: ignore[arg-type]
                         attention_heads=args.attention_heads or None, attention_max_regs=args.attention_max_regs,
+                        triton_projections=tuple(p for p in args.triton_projections.split(",") if p),
                         **({} if args.attention_lazy_tau is None else {"attention_lazy_tau": args.attention_lazy_tau}),
                         swiglu_gemm_min_tokens=args.swiglu_gemm_min_tokens)
     args.attention_lazy_tau = runner.fused.lazy_tau if runner.fused is not None else 0.0  # what ran, for the report
@@ -530,10 +531,12 @@ def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace
         ref = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention).float()
         outs = {}
         for mode in ("q_fused", "split", "fused", "q_fused_gemms"):
-            # q_fused_gemms: q_fused with the MLP's gate/up GEMM + SwiGLU as one Triton kernel
+            # q_fused_gemms: q_fused with the MLP's gate/up GEMM + SwiGLU as one Triton kernel and the other
+            # projections through our Triton GEMM
             outs[mode] = FusedBackbone(model, residual_dtype=runner.fused.residual_dtype,
                                        attention=mode.removesuffix("_gemms"),
-                                       swiglu_gemm_min_tokens=1 if mode == "q_fused_gemms" else 0)(
+                                       swiglu_gemm_min_tokens=1 if mode == "q_fused_gemms" else 0,
+                                       triton_projections=("qkv", "o", "down") if mode == "q_fused_gemms" else ())(
                 embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen).float()
             rec[f"hidden_rel_err_{mode}"] = float((outs[mode] - ref).norm() / ref.norm())
         rec["gemms_vs_cublas_rel_err"] = float((outs["q_fused_gemms"] - outs["q_fused"]).norm()
@@ -661,6 +664,8 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
                           f"{r['step_path_ms_min']}); chained graph replay median {r['graphed_ms_median']} ms "
                           f"(min {r['graphed_ms_min']})."]
         if r["kind"] == "codec":
+             "Projections through our persistent Triton GEMM instead of cuBLAS in those steps "
+             f"(--triton-projections): {args.triton_projections or 'none'}.", "",
             variants = [("fused", "fused Snake kernel"), ("fused_codec", "fused decoder epilogues"),
                         ("fused_codec_cl", "fused decoder epilogues, channels-last"),
                         ("fused_cudnn_benchmark", "fused Snake with cudnn.benchmark")]
@@ -731,6 +736,9 @@ def main() -> None:
     if not (ckpt / "model.safetensors").exists():
         from realtime_tts.model.checkpoint import build_random_checkpoint
 
+    p.add_argument("--triton-projections", default="",
+                   help="comma-separated projections (qkv, o, down) that steps of >= --swiglu-gemm-min-tokens run "
+                        "through our persistent Triton GEMM instead of cuBLAS (default: none)")
         t0 = time.perf_counter()
         build_random_checkpoint(ckpt, size="full", seed=0, device="cuda")
         write_word_tokenizer(ckpt)

@@ -650,6 +650,8 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              + ("cuBLAS then silu_mul." if args.swiglu_gemm_min_tokens <= 0 else
                 f"one Triton GEMM with SwiGLU in its epilogue for steps of >= {args.swiglu_gemm_min_tokens} "
                 "tokens."), "",
+             "Projections through our persistent Triton GEMM instead of cuBLAS in those steps "
+             f"(--triton-projections): {args.triton_projections or 'none'}.", "",
              "| impl | mode | B | wall s | xRT | xRT pipelined | per step ms | loop TFLOP/s | MFU (loop) | graph hits/misses |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in gens:
@@ -664,8 +666,6 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
                           f"{r['step_path_ms_min']}); chained graph replay median {r['graphed_ms_median']} ms "
                           f"(min {r['graphed_ms_min']})."]
         if r["kind"] == "codec":
-             "Projections through our persistent Triton GEMM instead of cuBLAS in those steps "
-             f"(--triton-projections): {args.triton_projections or 'none'}.", "",
             variants = [("fused", "fused Snake kernel"), ("fused_codec", "fused decoder epilogues"),
                         ("fused_codec_cl", "fused decoder epilogues, channels-last"),
                         ("fused_cudnn_benchmark", "fused Snake with cudnn.benchmark")]
@@ -719,6 +719,9 @@ def main() -> None:
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     p.add_argument("--fused-codec", action=argparse.BooleanOptionalAction, default=True,
                    help="with --fused-snake, the decoder's conv bias and residual adds ride in the Snake passes")
+    p.add_argument("--triton-projections", default="",
+                   help="comma-separated projections (qkv, o, down) that steps of >= --swiglu-gemm-min-tokens run "
+                        "through our persistent Triton GEMM instead of cuBLAS (default: none)")
     p.add_argument("--codec-channels-last", action=argparse.BooleanOptionalAction, default=CODEC_CHANNELS_LAST,
                    help="with --fused-codec, the decoder's activations in channels-last memory (default: the "
                         "runner's)")
@@ -736,9 +739,6 @@ def main() -> None:
     if not (ckpt / "model.safetensors").exists():
         from realtime_tts.model.checkpoint import build_random_checkpoint
 
-    p.add_argument("--triton-projections", default="",
-                   help="comma-separated projections (qkv, o, down) that steps of >= --swiglu-gemm-min-tokens run "
-                        "through our persistent Triton GEMM instead of cuBLAS (default: none)")
         t0 = time.perf_counter()
         build_random_checkpoint(ckpt, size="full", seed=0, device="cuda")
         write_word_tokenizer(ckpt)

@@ -172,14 +172,17 @@ def _unit_build(channels: int, t_block: int, num_warps: int, keep_raw: bool) -> 
 
 @pytest.mark.slow
 def test_unit_kernel_builds_for_hopper_without_spills() -> None:
-    # C = 32 and 64 (the full decoder's last two stages) at both candidate tiles: tensor-core dots (wgmma or mma),
-    # IEEE division and libdevice sinf in the Snakes, no register spills, within the 227 KB of shared memory
-    configs = [(c, tb, w, keep) for c in (32, 64) for tb, w in ((64, 4), (128, 4), (128, 8)) for keep in (True,)]
-    configs.append((64, 128, 4, False))
+    # C = 32 and 64 (the full decoder's last two stages): TF32 wgmma dots, IEEE division and libdevice sinf in the
+    # Snakes, no register spills, within the 227 KB of shared memory
+    # the defaults, the bench's sweep (64/4 and 128/8 at every C), and the default without the raw store
+    configs = [(c, dac_units.UNIT_LAUNCH[c].t_block, dac_units.UNIT_LAUNCH[c].num_warps, True) for c in (32, 64)]
+    configs += [(c, tb, w, True) for c in (32, 64) for tb, w in ((64, 4), (128, 8))]
+    configs.append((64, dac_units.UNIT_LAUNCH[64].t_block, dac_units.UNIT_LAUNCH[64].num_warps, False))
+    configs = list(dict.fromkeys(configs))
     for cfg, u in zip(configs, sm90.build([_unit_build(*c) for c in configs]), strict=True):
         ptx = u["ptx"]
-        assert "wgmma.mma_async" in ptx or "mma.sync" in ptx, f"{cfg}: no tensor-core dot"
+        # all eight dots (7 taps + the 1x1) as TF32 wgmma (C=64, T_BLOCK 64, 4 warps: 64 m64n64k8 instructions)
+        assert ptx.count("wgmma.mma_async") >= 8 and ".f32.tf32.tf32" in ptx, f"{cfg}: no TF32 wgmma"
         assert "div.rn.f32" in ptx and "sin.approx" not in ptx, cfg
         assert u["spill"] == 0, f"{cfg} spills {u['spill']} bytes ({u['regs']} registers)"
         assert u["shared"] <= 232448, f"{cfg} needs {u['shared']} bytes of shared memory"
-        print(cfg, {k: v for k, v in u.items() if k != "ptx"}, "wgmma" if "wgmma" in ptx else "mma.sync")

@@ -23,16 +23,20 @@ from realtime_tts.engine.kernels.snake import _INTERPRET, snake_ref, snake_value
 MAX_UNIT_CHANNELS = 64
 
 
-@dataclass
+@dataclass(frozen=True)
 class UnitLaunch:
-    """Launch constants of the residual-unit kernel (the bench may sweep them: assign dac_units.UNIT_LAUNCH)."""
+    """Launch constants of the residual-unit kernel."""
 
     t_block: int = 128  # output samples per program
     num_warps: int = 4
     num_stages: int = 1
 
 
-UNIT_LAUNCH = UnitLaunch()
+# By channel tile (block_channels). Picked from the sm_90 builds (tests/engine/test_dac_units.py): every option
+# below builds without spills; at C=32, T_BLOCK 128 with 4 warps needs 244 registers a thread (the 7 tap loads
+# are all in flight), with 8 warps 128; at C=64, 128/4 spills, 128/8 sits at 255 registers, 64/4 takes 186.
+# Not timed on a GPU yet: the bench sweeps alternatives by replacing this dict (UNIT_LAUNCH.update(...)).
+UNIT_LAUNCH: dict[int, UnitLaunch] = {16: UnitLaunch(128, 4), 32: UnitLaunch(128, 8), 64: UnitLaunch(64, 4)}
 
 
 # Per program: T_BLOCK output samples of one batch item, all channels (padded to BLOCK_C, a power of two >= 16 for
@@ -132,8 +136,8 @@ def residual_unit(unit: Any, act: torch.Tensor, skip: torch.Tensor, alpha_next: 
     unit input [B, C, T'] with unit channel stride (T' >= T: cropped to the centre as DAC does, read in place);
     alpha_next: [1, C, 1], the Snake after this unit → (raw, y): raw = skip + (conv2(snake2(conv1(act) + b1)) + b2)
     (None unless keep_raw), y = snake_next(raw), both [B, C, T] in [B, T, C] memory. No host syncs."""
-    launch = launch or UNIT_LAUNCH
     num_batch, channels, length = act.shape
+    launch = launch or UNIT_LAUNCH[block_channels(channels)]
     assert act.stride(1) == 1 and skip.stride(1) == 1, "act and skip must be channels-last ([B, T, C] memory)"
     assert act.dtype == skip.dtype == torch.float32
     crop = (skip.shape[-1] - length) // 2

@@ -39,7 +39,10 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 # item's 150 frames padded to 192 cost a B=128 design step ~0.3 ms of its ~1.6 ms head + scoring.
 BULK_FRAME_QUANTUM = 8
 PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
-CODEC_CHANNELS_LAST = False  # StepRunner(codec_channels_last=...): the fused codec decoder's memory layout
+# StepRunner(codec_channels_last=...): the fused codec decoder's memory layout. Channels-last: cuDNN's NHWC convs
+# without layout conversions, 105-108 ms per 128 six-second grids vs 123-126 channels-first on the H200
+# (bench/results/omnivoice_bench_h200_run18.md; waveforms within 1.2e-5 of the stock decoder's, TF32 sums).
+CODEC_CHANNELS_LAST = True
 
 
 def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:

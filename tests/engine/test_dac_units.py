@@ -13,7 +13,7 @@ import torch
 triton = pytest.importorskip("triton")
 
 import sm90  # tests/engine/sm90.py
-from tiny_codec import tiny_codec
+from tiny_codec import check_graph_replays, tiny_codec
 
 from realtime_tts.engine.kernels import dac_units
 from realtime_tts.engine.kernels.dac_decoder import fused_codec_state, fused_units_state, use_fused_codec
@@ -26,7 +26,7 @@ def _unit(channels: int, dilation: int, seed: int) -> Any:
     from transformers.models.dac.modeling_dac import DacResidualUnit
 
     torch.manual_seed(seed)
-    unit = DacResidualUnit(channels, dilation)
+    unit: Any = DacResidualUnit(channels, dilation)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         unit.snake2.alpha.copy_(0.3 + 1.5 * torch.rand(unit.snake2.alpha.shape, generator=g))
@@ -58,13 +58,13 @@ def test_unit_kernel_matches_torch_with_a_cropped_skip(channels: int, dilation: 
         ref_raw, ref_y = residual_unit_ref(unit, act, wide, alpha_next)
     assert y.shape == ref_y.shape and y.stride(1) == 1
     # fp32 dots in the interpreter vs oneDNN's conv: another summation order; TF32 on CUDA
-    tol = {"rtol": 1e-5, "atol": 1e-5} if DEVICE == "cpu" else {"rtol": 0, "atol": 1e-2}
+    rtol, atol = (1e-5, 1e-5) if DEVICE == "cpu" else (0.0, 1e-2)
     if keep_raw:
         assert raw is not None and raw.stride(1) == 1
-        torch.testing.assert_close(raw, ref_raw, **tol)
+        torch.testing.assert_close(raw, ref_raw, rtol=rtol, atol=atol)
     else:
         assert raw is None
-    torch.testing.assert_close(y, ref_y, **tol)
+    torch.testing.assert_close(y, ref_y, rtol=rtol, atol=atol)
 
 
 def test_unit_kernel_is_per_batch_and_sees_each_tap() -> None:
@@ -155,6 +155,11 @@ def test_tiny_codec_on_cuda_with_fused_units_matches_stock(tiny_checkpoint: Path
         assert a.shape == r.shape
         np.testing.assert_allclose(a, r, rtol=0, atol=1e-3)
     use_fused_codec(codec.model, enabled=False)
+
+    def switch(model: torch.nn.Module) -> None:  # the fused units, captured then replayed
+        use_fused_codec(model, channels_last=True, fused_units=True)
+
+    check_graph_replays(codec, switch, lambda a, r: np.testing.assert_allclose(a, r, rtol=0, atol=1e-3))
 
 
 def _unit_build(channels: int, t_block: int, num_warps: int, keep_raw: bool) -> dict[str, Any]:

@@ -237,15 +237,11 @@ ATTN_CASES = [((4, 2, 32), [37, 1, 70, 5]), ((8, 2, 16), [23, 9]), ((6, 2, 32), 
 
 
 @pytest.mark.parametrize("dtype", ATTN_DTYPES)
-@pytest.mark.parametrize("variant", ["split", "q_fused", "q_fused_swap", "q_fused_lazy", "q_fused_lazy8"])
+@pytest.mark.parametrize("variant", ["split", "q_fused", "q_fused_swap"])
 @pytest.mark.parametrize(("case", "heads_per_program"), [(0, 1), (0, None), (1, None), (2, None)])
 def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype, variant: str, case: int,
                                                              heads_per_program: int | None) -> None:
-    # _swap: the q tile rotated full-width (q_rope_join=False); _lazy: lazy softmax rescaling with a threshold
-    # (0.5, log2 units) the random rows' maxima cross from block to block (the rescaling branch runs), _lazy8:
-    # one they never cross after the first block (the shift stays stale: the skipping branch)
-    lazy_tau = {"q_fused_lazy": 0.5, "q_fused_lazy8": 8.0}.get(variant, 0.0)
-    mode = variant.removesuffix("_swap").removesuffix("_lazy8").removesuffix("_lazy")
+    mode = variant.removesuffix("_swap")  # _swap: the q tile rotated full-width (q_rope_join=False)
     shape, lens = ATTN_CASES[case]
     num_q, num_kv, head_dim = shape
     real = sum(lens)
@@ -271,8 +267,7 @@ def test_norm_rope_attention_equals_norm_rope_then_attention(dtype: torch.dtype,
     angles = (cos_t[positions], sin_t[positions]) if mode == "split" and heads_per_program is None else None
     kernels.norm_rope_attention(q, k, v, cu, max(lens) + 40, tiles, qw, kw, positions, cos_t, sin_t, 1e-6,
                                 out=out, mode=mode, heads_per_program=heads_per_program, block_m=block_m,
-                                angles=angles, q_rope_join=not variant.endswith("_swap"),
-                                lazy_tau=lazy_tau)
+                                angles=angles, q_rope_join=not variant.endswith("_swap"))
     assert rel_err(out[:real], ref[:real]) < tol(dtype)
     assert out[real:].isnan().all(), "padding tokens are not written"
     assert rel_err(k, rk) < tol(dtype), "k is left normalised and rotated"
@@ -326,12 +321,9 @@ def test_norm_rope_attention_refuses_an_unknown_mode() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("mode", ["split", "q_fused", "fused"])
-@pytest.mark.parametrize("block", [(64, 32, 4, 3, 0.0), (32, 64, 4, 2, 0.0), (64, 64, 8, 2, 0.0), (32, 32, 4, 3, 8.0),
-                                   (32, 32, 4, 3, 0.5)])
-def test_norm_rope_attention_at_omnivoice_size_on_gpu(mode: str, block: tuple[int, int, int, int, float]) -> None:
-    bm, bn, warps, stages, lazy_tau = block  # lazy_tau: lazy softmax rescaling (split and q_fused only)
-    if lazy_tau and mode == "fused":
-        pytest.skip("the fused-rope kernel has no lazy rescaling")
+@pytest.mark.parametrize("block", [(64, 32, 4, 3), (32, 64, 4, 2), (64, 64, 8, 2)])
+def test_norm_rope_attention_at_omnivoice_size_on_gpu(mode: str, block: tuple[int, int, int, int]) -> None:
+    bm, bn, warps, stages = block
     lens = [182, 150, 307, 150, 1, 64]
     real = sum(lens)
     qkv = _raw_qkv(14, real, (16, 8, 128), torch.bfloat16)
@@ -348,19 +340,19 @@ def test_norm_rope_attention_at_omnivoice_size_on_gpu(mode: str, block: tuple[in
                                       sin_t[positions].double(), 1e-6)
     ref = kernels.varlen_attention_ref(rq, rk, v.double(), cu, 512)
     out = kernels.norm_rope_attention(q, k, v, cu, 512, tiles, qw, kw, positions, cos_t, sin_t, 1e-6, mode=mode,
-                                      block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, lazy_tau=lazy_tau)
+                                      block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
     assert rel_err(out, ref) < 1.5e-2
 
 
 # Compiles bulk attention configs for sm_90 (the H200) with the Triton wheel's own ptxas, no GPU needed, the
 # pointer and stride arguments marked 16-divisible as the JIT specialises them at the real shapes.
-def _attention_build(heads: int, bm: int, bn: int, warps: int, stages: int, lazy_tau: float = 0.0) -> dict[str, Any]:
+def _attention_build(heads: int, bm: int, bn: int, warps: int, stages: int) -> dict[str, Any]:
     fn = importlib.import_module("realtime_tts.engine.kernels.attention")._varlen_gqa_fwd_kernel
     ptr = {"cu_ptr": "*i32", "tiles_ptr": "*i32", "pos_ptr": "*i64", "cos_ptr": "*fp32", "sin_ptr": "*fp32"}
     sig = {n: ("constexpr" if n.isupper() else ptr.get(n, "*bf16") if n.endswith("_ptr")
                else "i32" if n.startswith("stride") else "fp32") for n in fn.arg_names}
     consts = {"STATIC_N_END": 0, "GROUP": 2, "HEADS": heads, "HEAD_DIM": 128, "BLOCK_M": bm, "BLOCK_N": bn,
-              "NORM_Q": True, "Q_JOIN": True, "LAZY_TAU": lazy_tau}
+              "NORM_Q": True, "Q_JOIN": True}
     return {"kernel": "realtime_tts.engine.kernels.attention:_varlen_gqa_fwd_kernel", "signature": sig,
             "constexprs": consts, "options": {"num_warps": warps, "num_stages": stages},
             "divisible": [n for n in fn.arg_names if n.endswith("_ptr") or n.startswith("stride")]}
@@ -370,7 +362,7 @@ def _attention_build(heads: int, bm: int, bn: int, warps: int, stages: int, lazy
 def test_q_fused_gqa_attention_compiles_for_sm90_without_spills() -> None:
     """The q_fused GQA kernel at the bench's main bulk configs: tensor-core wgmma, K/V loads pipelined through
     cp.async, no register spills."""
-    configs = [(2, 32, 64, 4, 3), (2, 64, 32, 8, 3), (2, 32, 32, 4, 3, 8.0)]  # the last: lazy rescaling
+    configs = [(2, 32, 64, 4, 3), (2, 64, 32, 8, 3)]
     for config, u in zip(configs, sm90.build([_attention_build(*c) for c in configs]), strict=True):
         assert u["stack"] == 0, f"{config} spills registers"
         assert u["ptx"].count("wgmma.mma_async") > 0, config

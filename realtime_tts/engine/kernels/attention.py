@@ -20,46 +20,28 @@ from realtime_tts.engine.kernels.rope import head_norm_rope, norm_rope_halves, q
 
 
 @triton.jit
-def _softmax_accumulate(s, valid, tok_n, v_base, stride_vt, offs_d, m_i, l_i, acc, LAZY_TAU: tl.constexpr = 0.0):
+def _softmax_accumulate(s, valid, tok_n, v_base, stride_vt, offs_d, m_i, l_i, acc):
     """The online-softmax update of one key block shared by both kernels: scores s [BLOCK_M, BLOCK_N] (log2
-    domain) → running max m_i, running sum l_i and the output accumulator acc rescaled and advanced.
-
-    LAZY_TAU > 0: the running max (the softmax's shift) moves only when some row of the tile would grow by more
-    than LAZY_TAU, so most blocks skip rescaling acc ([TILE_M, HEAD_DIM] multiplies per block, 4× the score
-    tile at 32-key blocks). Exact all the same: the shift cancels in acc / l_i, and p ≤ 2^LAZY_TAU stays far
-    inside bf16/fp32 range (the first block always sets the shift: m_i starts at -inf)."""
+    domain) → running max m_i, running sum l_i and the output accumulator acc rescaled and advanced."""
     s = tl.where(valid[None, :], s, float("-inf"))
-    m_blk = tl.max(s, 1)
-    if LAZY_TAU > 0:
-        if tl.max(m_blk - m_i, 0) > LAZY_TAU:  # one decision per tile (a cross-warp max)
-            m_new = tl.maximum(m_i, m_blk)
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha
-            acc = acc * alpha[:, None]
-            m_i = m_new
-        p = tl.exp2(s - m_i[:, None])
-        l_i = l_i + tl.sum(p, 1)
-    else:
-        m_new = tl.maximum(m_i, m_blk)
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        m_i = m_new
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
     v = tl.load(v_base + tok_n[:, None] * stride_vt + offs_d[None, :], mask=valid[:, None], other=0.0)
-    acc = tl.dot(p.to(v.dtype), v, acc)
-    return m_i, l_i, acc
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return m_new, l_i, acc
 
 
 @triton.jit
 def _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n, offs_d, qk_scale_log2,
-                  m_i, l_i, acc, LAZY_TAU: tl.constexpr = 0.0):
+                  m_i, l_i, acc):
     cols = n0 + offs_n
     valid = cols < seqlen
     tok_n = (start + cols).to(tl.int64)
     k = tl.load(k_base + tok_n[None, :] * stride_kt + offs_d[:, None], mask=valid[None, :], other=0.0)
     s = tl.dot(q, k) * qk_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
-    return _softmax_accumulate(s, valid, tok_n, v_base, stride_vt, offs_d, m_i, l_i, acc, LAZY_TAU)
+    return _softmax_accumulate(s, valid, tok_n, v_base, stride_vt, offs_d, m_i, l_i, acc)
 
 
 @triton.jit
@@ -196,11 +178,11 @@ def _varlen_gqa_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_ptr
                            stride_tab, eps, qk_scale_log2,
                            STATIC_N_END: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr,
                            HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           NORM_Q: tl.constexpr, Q_JOIN: tl.constexpr, LAZY_TAU: tl.constexpr = 0.0):
+                           NORM_Q: tl.constexpr, Q_JOIN: tl.constexpr):
     """One program per (listed tile, HEADS q heads of one kv head): the heads' query tiles are stacked into one
     [HEADS * BLOCK_M, HEAD_DIM] tile, so each K/V tile is loaded once for all of them. NORM_Q: q is the raw
     projection and gets RMSNorm × weight and RoPE as its tile is loaded (once per program, the eager layers'
-    roundings); k must already be normalised and rotated (head_norm_rope). LAZY_TAU: see _softmax_accumulate."""
+    roundings); k must already be normalised and rotated (head_norm_rope)."""
     TILE_M: tl.constexpr = HEADS * BLOCK_M
     row = tl.load(tiles_ptr + 2 * tl.program_id(0))
     m_block = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
@@ -233,11 +215,11 @@ def _varlen_gqa_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_ptr, tiles_ptr, qw_ptr
     if STATIC_N_END == 0:
         for n0 in range(0, seqlen, BLOCK_N):
             m_i, l_i, acc = _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n,
-                                          offs_d, qk_scale_log2, m_i, l_i, acc, LAZY_TAU)
+                                          offs_d, qk_scale_log2, m_i, l_i, acc)
     else:
         for n0 in range(0, STATIC_N_END, BLOCK_N):
             m_i, l_i, acc = _attend_block(q, k_base, v_base, stride_kt, stride_vt, start, seqlen, n0, offs_n,
-                                          offs_d, qk_scale_log2, m_i, l_i, acc, LAZY_TAU)
+                                          offs_d, qk_scale_log2, m_i, l_i, acc)
     out = acc / l_i[:, None]
     tl.store(o_ptr + tok_m[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=m_valid[:, None])
@@ -321,15 +303,13 @@ def varlen_attention_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
                          sin_table: torch.Tensor | None = None, eps: float = 1e-6, scale: float | None = None,
                          out: torch.Tensor | None = None, heads_per_program: int | None = None,
                          block_m: int = 64, block_n: int = 32, num_warps: int = 4, num_stages: int = 3,
-                         q_rope_join: bool = True, lazy_tau: float = 0.0, max_regs: int = 0) -> torch.Tensor:
+                         q_rope_join: bool = True) -> torch.Tensor:
     """varlen_attention with the q heads of one kv head sharing a program (each K/V tile loaded once for all of
     them; heads_per_program None = the whole group when it is a power of two). tiles from attention_tiles with
     the same block_m (the per-head tile height). q_weight given: q is the RAW projection (read, not modified)
     and is normalised × q_weight and rotated at positions [num_tokens] with the fp32 cos/sin tables
     [max_position, head_dim] as it loads; k must then already hold rope(rms_norm(k) * k_weight). q_rope_join:
-    how the query tile is rotated (see _norm_rope_q_tile; the two differ in registers and speed only).
-    lazy_tau > 0: lazy softmax rescaling (see _softmax_accumulate; same result to rounding). max_regs > 0: cap
-    the registers per thread (ptxas maxnreg), so more programs share an SM."""
+    how the query tile is rotated (see _norm_rope_q_tile; the two differ in registers and speed only)."""
     _, num_q_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     assert num_q_heads % num_kv_heads == 0 and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
@@ -352,8 +332,7 @@ def varlen_attention_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
         scale * 1.4426950408889634,
         STATIC_N_END=max_seqlen if triton.knobs.runtime.interpret else 0, GROUP=num_q_heads // num_kv_heads, HEADS=heads,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, NORM_Q=norm_q, Q_JOIN=q_rope_join,
-        LAZY_TAU=float(lazy_tau), num_warps=num_warps, num_stages=num_stages,
-        **({"maxnreg": max_regs} if max_regs and not triton.knobs.runtime.interpret else {}))
+        num_warps=num_warps, num_stages=num_stages)
     return out
 
 
@@ -367,7 +346,7 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
                         heads_per_program: int | None = None, block_m: int = 64, block_n: int = 32,
                         num_warps: int = 4, num_stages: int = 3, k_tokens_per_program: int = 2,
                         angles: tuple[torch.Tensor, torch.Tensor] | None = None,
-                        q_rope_join: bool = True, lazy_tau: float = 0.0, max_regs: int = 0) -> torch.Tensor:
+                        q_rope_join: bool = True) -> torch.Tensor:
     """varlen_attention(qk_norm_rope(q, k)) on the raw projections, by one of ATTENTION_MODES (the signature
     of varlen_attention_rope plus the strategy; tiles from attention_tiles with the same block_m):
 
@@ -379,11 +358,8 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
               sharing as in split.
     fused   — varlen_attention_rope: q and k untouched, every K tile re-normalised per query tile and head
               (cheapest at small token counts only).
-    lazy_tau, max_regs: varlen_attention_gqa's (split and q_fused).
     """
     if mode == "fused":
-        if lazy_tau or max_regs:
-            raise ValueError("lazy_tau and max_regs apply to the split and q_fused modes only")
         return varlen_attention_rope(q, k, v, cu_seqlens, max_seqlen, tiles, q_weight, k_weight, positions,
                                      cos_table, sin_table, eps, scale=scale, out=out, block_m=block_m,
                                      block_n=block_n, num_warps=num_warps, num_stages=num_stages)
@@ -393,14 +369,13 @@ def norm_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
         qk_norm_rope(q, k, q_weight, k_weight, cos, sin, eps)
         return varlen_attention_gqa(q, k, v, cu_seqlens, max_seqlen, tiles, scale=scale, out=out,
                                     heads_per_program=heads, block_m=block_m, block_n=block_n,
-                                    num_warps=num_warps, num_stages=num_stages, lazy_tau=lazy_tau,
-                                    max_regs=max_regs)
+                                    num_warps=num_warps, num_stages=num_stages)
     if mode == "q_fused":
         head_norm_rope(k, k_weight, positions, cos_table, sin_table, eps, tokens_per_program=k_tokens_per_program)
         return varlen_attention_gqa(q, k, v, cu_seqlens, max_seqlen, tiles, q_weight, positions, cos_table,
                                     sin_table, eps, scale=scale, out=out, heads_per_program=heads,
                                     block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                                    q_rope_join=q_rope_join, lazy_tau=lazy_tau, max_regs=max_regs)
+                                    q_rope_join=q_rope_join)
     raise ValueError(f"attention mode must be one of {ATTENTION_MODES}, got {mode!r}")
 
 

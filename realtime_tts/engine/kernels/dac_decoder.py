@@ -1,6 +1,6 @@
 """The codec decoder's conv epilogues in one pass each (a conv's bias add, the residual add, the next Snake), the
-decoder forward around them (NCHW, or channels-last end to end), and the switch that points a loaded codec's DAC
-decoder at it (or back) in place.
+decoder forward around them (NCHW, or channels-last end to end, optionally with dac_units' one-kernel residual
+units), and the switch that points a loaded codec's DAC decoder at it (or back) in place.
 
 Worker processes only (torch, triton); never edits or imports from transformers' modeling files.
 """
@@ -231,7 +231,8 @@ def use_fused_codec(model: torch.nn.Module, enabled: bool = True, channels_last:
         want = enabled and channels_last
         relaid = (want != bool(module.__dict__.get(_CL_FLAG, False))
                   or fused_units != bool(module.__dict__.get(_UNITS_FLAG, False)))
-        units = [u for blk in module.block for u in _units(blk)]
+        blocks: Any = module.block
+        units = [u for blk in blocks for u in _units(blk)]
         if fused_units:
             module.__dict__[_UNITS_FLAG] = True
             for unit in units:

@@ -83,7 +83,7 @@ def _res_unit_kernel(act_ptr, skip_ptr, w1_ptr, b1_ptr, alpha2_ptr, w2_ptr, b2_p
 
 def block_channels(num_channels: int) -> int:
     """The kernel's channel tile for C channels: a power of two, at least 16 (tl.dot's smallest K)."""
-    return max(16, triton.next_power_of_2(num_channels))
+    return max(16, int(triton.next_power_of_2(num_channels)))
 
 
 def unit_fits(unit: Any) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 triton = pytest.importorskip("triton")
 
@@ -143,6 +144,34 @@ def test_tiny_codec_decodes_the_same_audio_with_fused_units(tiny_checkpoint: Pat
         np.testing.assert_array_equal(a, r)
 
 
+class _ConvLog(TorchDispatchMode):
+    """The convolutions a forward runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if "conv" in str(func):
+            self.convs.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_fused_units_leave_only_the_other_convs_to_torch(tiny_checkpoint: Path) -> None:
+    # with every unit fused, torch runs only conv1, each block's upsampling conv and conv2
+    codec = tiny_codec(tiny_checkpoint, "cpu")
+    decoder = codec.model.acoustic_decoder
+    x = torch.randn(2, decoder.conv1.in_channels, 6)  # [B, D, T]
+    with torch.inference_mode():
+        stock = decoder(x)
+    use_fused_codec(codec.model, channels_last=True, fused_units=True)
+    with torch.inference_mode(), _ConvLog() as log:
+        wave = decoder(x)
+    assert len(log.convs) == 2 + len(decoder.block)
+    assert wave.shape == stock.shape and wave.is_contiguous()
+    torch.testing.assert_close(wave, stock, rtol=1e-5, atol=1e-5 * float(stock.abs().max()))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_tiny_codec_on_cuda_with_fused_units_matches_stock(tiny_checkpoint: Path) -> None:
@@ -177,10 +206,10 @@ def _unit_build(channels: int, t_block: int, num_warps: int, keep_raw: bool) -> 
 
 @pytest.mark.slow
 def test_unit_kernel_builds_for_hopper_without_spills() -> None:
-    # C = 32 and 64 (the full decoder's last two stages): TF32 wgmma dots, IEEE division and libdevice sinf in the
+    # C = 32 and 64 (the full decoder's last two stages; 16: the tiny codec's GPU test): TF32 wgmma dots, IEEE division and libdevice sinf in the
     # Snakes, no register spills, within the 227 KB of shared memory
     # the defaults, the bench's sweep (64/4 and 128/8 at every C), and the default without the raw store
-    configs = [(c, dac_units.UNIT_LAUNCH[c].t_block, dac_units.UNIT_LAUNCH[c].num_warps, True) for c in (32, 64)]
+    configs = [(c, dac_units.UNIT_LAUNCH[c].t_block, dac_units.UNIT_LAUNCH[c].num_warps, True) for c in (16, 32, 64)]
     configs += [(c, tb, w, True) for c in (32, 64) for tb, w in ((64, 4), (128, 8))]
     configs.append((64, dac_units.UNIT_LAUNCH[64].t_block, dac_units.UNIT_LAUNCH[64].num_warps, False))
     configs = list(dict.fromkeys(configs))

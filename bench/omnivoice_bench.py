@@ -221,10 +221,11 @@ def bench_kernels(out_dir: Path) -> None:
 
 
 # kernels.norm_rope_attention variants beside rope_then_attn (mode, heads per program (None: the GQA group),
-# per-head block_m, block_n, warps, stages[, lazy_tau, max_regs]). q_fused: k-only norm + RoPE, q normalised as
-# its tile loads (q_fused_swap: that q tile computed full-width, q_rope_join=False); lazy_tau > 0: lazy softmax
-# rescaling (name suffix _l8); max_regs: a register cap, more programs per SM (suffix _r128).
-ATTN_VARIANTS: list[tuple[Any, ...]] = [("q_fused", 1, 64, 32, 4, 3), ("q_fused", 1, 64, 64, 4, 2),
+# per-head block_m, block_n, warps, stages). q_fused: k-only norm + RoPE, q normalised as its tile loads
+# (q_fused_swap: that q tile computed full-width, q_rope_join=False). Measured on the H200 and dropped (session 6,
+# bench/results/omnivoice_bench_h200_run16.md): lazy softmax rescaling at 32x32/32x64/64x64/32x128 tiles and
+# 128/168-register caps, each slower than the q_fused 32x32 default.
+ATTN_VARIANTS = [("q_fused", 1, 64, 32, 4, 3), ("q_fused", 1, 64, 64, 4, 2),
                  ("split", None, 32, 32, 4, 3), ("split", None, 64, 32, 8, 3), ("split", None, 64, 64, 8, 2),
                  ("q_fused", None, 32, 32, 4, 3), ("q_fused", None, 32, 64, 4, 2), ("q_fused", None, 32, 64, 4, 3),
                  ("q_fused", None, 64, 32, 4, 3), ("q_fused", None, 64, 32, 8, 3), ("q_fused", None, 64, 64, 8, 2),
@@ -233,20 +234,7 @@ ATTN_VARIANTS: list[tuple[Any, ...]] = [("q_fused", 1, 64, 32, 4, 3), ("q_fused"
                  # not yet measured: wide key blocks (a bulk row of 150-307 tokens in 2-3 blocks instead of 5-10),
                  # and 16-token q tiles (mma.sync, more programs); all build for sm_90 without spills
                  # (32x128 at 4 warps and 32x256 at 8 spill, so they are not listed)
-                 ("q_fused", None, 32, 128, 8, 2), ("q_fused", None, 64, 128, 8, 2), ("q_fused", None, 16, 64, 4, 3),
-                 # session 6: lazy rescaling (32-key blocks rescale a 4x larger accumulator than the score tile
-                 # each block) and a 128-register cap (4 programs per SM instead of 3 at 153 registers)
-                 ("q_fused", None, 32, 32, 4, 3, 8.0, 0), ("q_fused", None, 32, 64, 4, 2, 8.0, 0),
-                 ("q_fused", None, 32, 64, 4, 3, 8.0, 0), ("q_fused", None, 64, 64, 8, 2, 8.0, 0),
-                 ("q_fused", None, 32, 128, 8, 2, 8.0, 0), ("q_fused", None, 32, 32, 4, 2, 0.0, 128),
-                 ("q_fused", None, 32, 32, 4, 2, 8.0, 128), ("q_fused", None, 32, 32, 4, 3, 8.0, 168)]
-
-
-def attn_variant_name(variant: tuple[Any, ...]) -> str:
-    mode, hp, bm, bn, nw, st, *extra = variant
-    lazy, regs = (list(extra) + [0.0, 0])[:2]
-    return (f"{mode}_h{hp or 'g'}_{bm}x{bn}w{nw}s{st}" + (f"_l{lazy:g}" if lazy else "")
-            + (f"_r{regs}" if regs else ""))
+                 ("q_fused", None, 32, 128, 8, 2), ("q_fused", None, 64, 128, 8, 2), ("q_fused", None, 16, 64, 4, 3)]
 
 
 def bench_attention_variants(rec: dict[str, Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -274,14 +262,12 @@ def bench_attention_variants(rec: dict[str, Any], q: torch.Tensor, k: torch.Tens
     ref = kernels.norm_rope_attention(q0.clone(), k0.clone(), v, cu, max(lens), tiles64, qw, kw, pos, cos_t,
                                       sin_t, 1e-6, mode="split", heads_per_program=1).float()
     times = {"rope_then_attn": rec["rope_then_attn_ms"]}
-    for variant in ATTN_VARIANTS:
-        mode, hp, bm, bn, nw, st, *extra = variant
-        lazy, regs = (list(extra) + [0.0, 0])[:2]
-        name = attn_variant_name(variant)
+    for mode, hp, bm, bn, nw, st in ATTN_VARIANTS:
+        name = f"{mode}_h{hp or 'g'}_{bm}x{bn}w{nw}s{st}"
         tiles = kernels.attention_tiles(cu, kernels.max_attention_tiles(n, len(lens), bm), bm)
         opts: dict[str, Any] = {"mode": mode.removesuffix("_swap"), "heads_per_program": hp, "block_m": bm,
                                 "block_n": bn, "num_warps": nw, "num_stages": st,
-                                "q_rope_join": not mode.endswith("_swap"), "lazy_tau": lazy, "max_regs": regs}
+                                "q_rope_join": not mode.endswith("_swap")}
         if mode == "split":  # angles gathered once per forward, as rope_then_attn has them
             opts["angles"] = (cos_n, sin_n)
         try:
@@ -341,19 +327,17 @@ def pipelined(runner: Any, model: Any, mode: str, num: int, args: argparse.Names
     return time.perf_counter() - t0
 
 
-def pick_attention(out_dir: Path) -> tuple[str, str, int, float, int]:
+def pick_attention(out_dir: Path) -> tuple[str, str, int]:
     """--attention auto: the bulk attention variant with the least summed time over this run's two 64-item
     attention shapes (design and clone prefixes), among rope_then_attn (the old path) and the ATTN_VARIANTS the
     runner can run (not the _swap ones), with a bf16 error against the old path under 1e-2.
-    → (mode, "block_m,block_n,warps,stages", heads per program (0: the GQA group), lazy_tau, max_regs)."""
+    → (mode, "block_m,block_n,warps,stages", heads per program (0: the GQA group))."""
     records = [json.loads(line) for line in (out_dir / "omnivoice_bench.jsonl").read_text().splitlines()]
     shapes = [r for r in records if r.get("kind") == "attn" and r.get("items") == 64]
-    candidates: dict[str, tuple[str, str, int, float, int]] = {"rope_then_attn": ("split", "64,32,4,3", 1, 0.0, 0)}
-    for variant in ATTN_VARIANTS:
-        mode, hp, bm, bn, nw, st, *extra = variant
-        lazy, regs = (list(extra) + [0.0, 0])[:2]
+    candidates = {"rope_then_attn": ("split", "64,32,4,3", 1)}
+    for mode, hp, bm, bn, nw, st in ATTN_VARIANTS:
         if not mode.endswith("_swap"):
-            candidates[attn_variant_name(variant)] = (mode, f"{bm},{bn},{nw},{st}", hp or 0, lazy, regs)
+            candidates[f"{mode}_h{hp or 'g'}_{bm}x{bn}w{nw}s{st}"] = (mode, f"{bm},{bn},{nw},{st}", hp or 0)
 
     def total_ms(name: str) -> float:
         if not shapes or any(f"{name}_ms" not in r and name != "rope_then_attn" for r in shapes):
@@ -376,15 +360,11 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
     t0 = time.perf_counter()
     model = OmniVoiceModel.from_pretrained(ckpt, dtype=torch.bfloat16, device="cuda")
     if args.attention == "auto":
-        (args.attention, args.attention_block, args.attention_heads, args.attention_lazy_tau,
-         args.attention_max_regs) = pick_attention(out_dir)
+        args.attention, args.attention_block, args.attention_heads = pick_attention(out_dir)
     runner = StepRunner(model, precision=args.precision, attention=args.attention,
                         attention_block=tuple(int(v) for v in args.attention_block.split(",")),  # type: ignore[arg-type]
-                        attention_heads=args.attention_heads or None, attention_max_regs=args.attention_max_regs,
-                        triton_projections=tuple(p for p in args.triton_projections.split(",") if p),
-                        **({} if args.attention_lazy_tau is None else {"attention_lazy_tau": args.attention_lazy_tau}),
+                        attention_heads=args.attention_heads or None,
                         swiglu_gemm_min_tokens=args.swiglu_gemm_min_tokens)
-    args.attention_lazy_tau = runner.fused.lazy_tau if runner.fused is not None else 0.0  # what ran, for the report
     # The bulk table decodes with the fused Snake kernel only under --fused-snake, and with the fused decoder
     # epilogues only under --fused-codec too (set here either way, whatever StepRunner chose), so the table
     # states which codec ran.
@@ -428,8 +408,7 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
             emit(out_dir, {
                 "kind": "gen", "impl": "ours", "mode": mode, "B": num, "dur_s": args.dur, "num_step": args.steps,
                 "precision": args.precision, "attention": f"{args.attention}/{args.attention_block}/"
-                                                          f"{args.attention_heads}/l{args.attention_lazy_tau:g}"
-                                                          f"/r{args.attention_max_regs}",
+                                                          f"{args.attention_heads}",
                 "tokens_per_step": batch.num_tokens, "max_seqlen": batch.max_seqlen,
                 "wall_s": round(wall, 4), "loop_s": round(loop, 4), "per_step_ms": round(1000 * loop / args.steps, 3),
                 "decode_and_prep_s": round(wall - loop, 4), "xrt": round(num * args.dur / wall, 1),
@@ -545,12 +524,10 @@ def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace
         ref = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention).float()
         outs = {}
         for mode in ("q_fused", "split", "fused", "q_fused_gemms"):
-            # q_fused_gemms: q_fused with the MLP's gate/up GEMM + SwiGLU as one Triton kernel and the other
-            # projections through our Triton GEMM
+            # q_fused_gemms: q_fused with the MLP's gate/up GEMM + SwiGLU as one Triton kernel
             outs[mode] = FusedBackbone(model, residual_dtype=runner.fused.residual_dtype,
                                        attention=mode.removesuffix("_gemms"),
-                                       swiglu_gemm_min_tokens=1 if mode == "q_fused_gemms" else 0,
-                                       triton_projections=("qkv", "o", "down") if mode == "q_fused_gemms" else ())(
+                                       swiglu_gemm_min_tokens=1 if mode == "q_fused_gemms" else 0)(
                 embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen).float()
             rec[f"hidden_rel_err_{mode}"] = float((outs[mode] - ref).norm() / ref.norm())
         rec["gemms_vs_cublas_rel_err"] = float((outs["q_fused_gemms"] - outs["q_fused"]).norm()
@@ -657,15 +634,11 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              f"{', channels-last' if args.fused_snake and args.fused_codec and args.codec_channels_last else ''} "
              "(--fused-snake, --fused-codec, --codec-channels-last).", "",
              f"Attention (--attention, --attention-block, --attention-heads): {args.attention}, block "
-             f"{args.attention_block}, {args.attention_heads or 'GQA group'} q head(s) per program, lazy rescaling "
-             f"tau {args.attention_lazy_tau or 0:g} (0: off), register cap {args.attention_max_regs or 'none'} "
-             "(--attention-lazy-tau, --attention-max-regs).", "",
+             f"{args.attention_block}, {args.attention_heads or 'GQA group'} q head(s) per program.", "",
              f"MLP gate/up + SwiGLU (--swiglu-gemm-min-tokens {args.swiglu_gemm_min_tokens}): "
              + ("cuBLAS then silu_mul." if args.swiglu_gemm_min_tokens <= 0 else
                 f"one Triton GEMM with SwiGLU in its epilogue for steps of >= {args.swiglu_gemm_min_tokens} "
                 "tokens."), "",
-             "Projections through our persistent Triton GEMM instead of cuBLAS in those steps "
-             f"(--triton-projections): {args.triton_projections or 'none'}.", "",
              "| impl | mode | B | wall s | xRT | xRT pipelined | per step ms | loop TFLOP/s | MFU (loop) | graph hits/misses |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in gens:
@@ -722,10 +695,6 @@ def main() -> None:
     p.add_argument("--attention-block", default="32,32,4,3",
                    help="attention block_m,block_n,num_warps,num_stages (block_m per q head)")
     p.add_argument("--attention-heads", type=int, default=0, help="q heads per attention program; 0 = the GQA group")
-    p.add_argument("--attention-lazy-tau", type=float, default=None,
-                   help="lazy softmax rescaling threshold in the attention kernel (log2 units; 0: off; default: "
-                        "the runner's)")
-    p.add_argument("--attention-max-regs", type=int, default=0, help="register cap of the attention kernel (0: none)")
     p.add_argument("--swiglu-gemm-min-tokens", type=int, default=OmniVoiceConfig.swiglu_gemm_min_tokens,
                    help="steps of at least this many tokens fuse the MLP's gate/up GEMM and SwiGLU (0: never; "
                         "default: the server's)")
@@ -736,9 +705,6 @@ def main() -> None:
                    help="the bulk table's codec uses the fused Snake kernel (--no-fused-snake: transformers' Snake1d)")
     p.add_argument("--fused-codec", action=argparse.BooleanOptionalAction, default=True,
                    help="with --fused-snake, the decoder's conv bias and residual adds ride in the Snake passes")
-    p.add_argument("--triton-projections", default="",
-                   help="comma-separated projections (qkv, o, down) that steps of >= --swiglu-gemm-min-tokens run "
-                        "through our persistent Triton GEMM instead of cuBLAS (default: none)")
     p.add_argument("--codec-channels-last", action=argparse.BooleanOptionalAction, default=CODEC_CHANNELS_LAST,
                    help="with --fused-codec, the decoder's activations in channels-last memory (default: the "
                         "runner's)")

@@ -70,8 +70,7 @@ class FusedBackbone:
     # forwards of up to 2048 tokens took "fused" and larger ones "split": one mode now serves both.
     def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
                  attention: str = "q_fused", block: tuple[int, int, int, int] = (32, 32, 4, 3),
-                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0, lazy_tau: float = 0.0,
-                 max_regs: int = 0, triton_projections: tuple[str, ...] = ()) -> None:
+                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0) -> None:
         from realtime_tts.engine import kernels
 
         self.k = kernels
@@ -84,22 +83,12 @@ class FusedBackbone:
         if attention not in kernels.ATTENTION_MODES:
             raise ValueError(f"attention must be one of {kernels.ATTENTION_MODES}, not {attention!r}")
         self.attention, self.block, self.heads = attention, block, heads
-        # the attention kernel's lazy softmax rescaling and register cap (kernels.varlen_attention_gqa; the
-        # "fused" mode's kernel has neither)
-        self.lazy_tau, self.max_regs = (lazy_tau, max_regs) if attention != "fused" else (0.0, 0)
         # Forwards of at least swiglu_gemm_min_tokens tokens run the MLP's gate/up GEMM with SwiGLU in its
         # epilogue (kernels/gemm.py; the [N, 2I] product never reaches memory); smaller ones, and all when 0,
         # cuBLAS + silu_mul. (The o/down projections with the residual add in a Triton GEMM's epilogue measured
         # slower than cuBLAS + add_rms_norm at every tile tried: bench/results/omnivoice_gemm_h200_run3.md; so did
         # the q/k/v projection with the k heads' norm + RoPE in its epilogue: omnivoice_gemm_h200_run4.md.)
         self.swiglu_gemm_min_tokens = swiglu_gemm_min_tokens
-        # Projections ("qkv", "o", "down") that those same bulk forwards run through our persistent Triton GEMM
-        # (kernels.gemm) instead of cuBLAS: as fast in isolation (bench/results/omnivoice_gemm_h200.md), and no
-        # workspace memset node before each GEMM in the step's graph (cuBLAS adds one per call).
-        unknown = set(triton_projections) - {"qkv", "o", "down"}
-        if unknown:
-            raise ValueError(f"triton_projections: unknown projection(s) {sorted(unknown)}")
-        self.triton_projections = frozenset(triton_projections)
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []
         for layer in llm.layers:
@@ -112,10 +101,6 @@ class FusedBackbone:
                 "gate_up": torch.cat([m.gate_proj.weight, m.up_proj.weight], 0).contiguous(),
                 "down": m.down_proj.weight,
             })
-        for w in self.layers:  # TMA reads need 16-byte aligned bases (a weight may be a view into a loaded file)
-            for name in self.triton_projections:
-                if w[name].data_ptr() % 16:
-                    w[name] = w[name].clone()
         if swiglu_gemm_min_tokens > 0:  # swiglu_gemm's weight layout, beside the plain one cuBLAS reads
             for w in self.layers:
                 w["gate_up_tiles"] = kernels.interleave_gate_up(w["gate_up"], kernels.SWIGLU_CONFIG.block_n)
@@ -153,27 +138,22 @@ class FusedBackbone:
         else:
             residual = embeds if consume else embeds.clone()
         fused_mlp = 0 < self.swiglu_gemm_min_tokens <= n
-        triton_mm = self.triton_projections if fused_mlp else frozenset()
-
-        def project(name: str, a: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-            return k.gemm(a, weight) if name in triton_mm else torch.matmul(a, weight.t())
         x: torch.Tensor = k.rms_norm(residual, self.layers[0]["ln1"], self.eps,
                                      out=torch.empty(n, residual.shape[1], dtype=mm_dtype, device=embeds.device))
         for i, w in enumerate(self.layers):
-            qkv = project("qkv", x, w["qkv"]).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
+            qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
             q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
             k.norm_rope_attention(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions, cos_table,
                                   sin_table, self.eps, out=attn, mode=mode, heads_per_program=heads, block_m=bm,
-                                  block_n=bn, num_warps=nw, num_stages=ns, angles=angles, lazy_tau=self.lazy_tau,
-                                  max_regs=self.max_regs)
-            o = project("o", attn.view(n, hq * d), w["o"])  # [N, H]
+                                  block_n=bn, num_warps=nw, num_stages=ns, angles=angles)
+            o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             if fused_mlp:
                 act = k.swiglu_gemm(x, w["gate_up_tiles"], self.inter)  # [N, I]
             else:
                 gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
                 act = k.silu_mul(gate_up[:, :self.inter], gate_up[:, self.inter:])
-            mlp = project("down", act, w["down"])
+            mlp = torch.matmul(act, w["down"].t())
             if i + 1 < len(self.layers):
                 x, residual = k.add_rms_norm(mlp, residual, self.layers[i + 1]["ln1"], self.eps)
             else:  # the final norm's output is in the residual dtype (the head reads it at that precision)
@@ -234,14 +214,13 @@ class StepRunner:
     model's own (fp32 residual) and only the head follows precision. The server's default is "reference"
     (config --precision); this class keeps "fp32", the model layer's own arithmetic, for its direct users.
 
-    attention, attention_block, attention_heads, attention_lazy_tau, attention_max_regs: FusedBackbone's
-    attention mode, tiles, q heads per program, lazy softmax rescaling and register cap.
+    attention, attention_block, attention_heads: FusedBackbone's attention mode, tiles and q heads per program.
     swiglu_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up GEMM + SwiGLU as one Triton
-    kernel (0: never; FusedBackbone), and triton_projections ("qkv", "o", "down") through kernels.gemm.
+    kernel (0: never; FusedBackbone).
     fused_snake (CUDA): the codec's Snake activations through kernels/snake.py; with fused_codec, the decoder's
     conv bias and residual adds inside those passes (kernels/dac_decoder.py), with codec_channels_last every
-    activation in channels-last memory (cuDNN's NHWC convs without layout conversions). capture_lock: held around every
-    step-graph capture (the worker's lock, shared with its decode thread).
+    activation in channels-last memory (cuDNN's NHWC convs without layout conversions). capture_lock: held
+    around every step-graph capture (the worker's lock, shared with its decode thread).
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
@@ -251,8 +230,7 @@ class StepRunner:
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
-                 attention_lazy_tau: float = 0.0, attention_max_regs: int = 0,
-                 swiglu_gemm_min_tokens: int = 0, triton_projections: tuple[str, ...] = (), fused_snake: bool = True, fused_codec: bool = True,
+                 swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True, fused_codec: bool = True,
                  codec_channels_last: bool = CODEC_CHANNELS_LAST, capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
@@ -268,9 +246,8 @@ class StepRunner:
         if model.llm.cfg["head_dim"] < 32:  # the rope dots on tensor cores need half a head ≥ 16 (tiny models)
             attention = "split"
         self.fused = FusedBackbone(model, residual_dtype=stream_dtype, attention=attention, block=attention_block,
-                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens,
-                                   lazy_tau=attention_lazy_tau, max_regs=attention_max_regs,
-                                   triton_projections=triton_projections) if self.use_fused else None
+                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens
+                                   ) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
         self.head_tf32 = head_tf32 and precision == "fp32"

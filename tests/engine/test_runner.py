@@ -94,7 +94,7 @@ def test_cancelled_slots_are_reused_without_disturbing_others(model_fp32: OmniVo
 @needs_triton
 @pytest.mark.parametrize(("attention", "heads", "gemms"),
                          [("fused", 1, ""), ("split", 1, ""), ("split", None, ""), ("q_fused", None, ""),
-                          ("q_fused", None, "swiglu"), ("q_fused", None, "swiglu+projections")])
+                          ("q_fused", None, "swiglu")])
 def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32: OmniVoiceModel,
                                                attention: str, heads: int | None, gemms: str) -> None:
     if torch.cuda.is_available():  # compiled kernels need CUDA tensors
@@ -102,9 +102,7 @@ def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32
                                                     load_codec=False)
     fused = FusedBackbone(model_fp32, attention=attention, block=(16, 16, 4, 2), heads=heads,
                           # 33: this forward's token count (34: one more, so that path stays off)
-                          swiglu_gemm_min_tokens=33 if "swiglu" in gemms else 34,
-                          # +projections: qkv, o and down through kernels.gemm in those forwards too
-                          triton_projections=("qkv", "o", "down") if "projections" in gemms else ())
+                          swiglu_gemm_min_tokens=33 if "swiglu" in gemms else 34)
     # Few tokens: Triton's interpreter runs every program in Python (~10 ms each) on CPU.
     lens = [7, 12, 5, 9]
     cu = torch.tensor([0, 7, 19, 24, 33], dtype=torch.int32)
@@ -411,8 +409,3 @@ def test_bulk_steps_pad_frames_to_a_finer_quantum(model_fp32: OmniVoiceModel) ->
         runner.step(states)
     for i in (0, 1, 63):
         assert torch.equal(states[i].tokens, decoding.run(model_fp32, [items[i]])[0]), i
-
-
-def test_fused_backbone_refuses_an_unknown_projection(model_fp32: OmniVoiceModel) -> None:
-    with pytest.raises(ValueError, match="gate"):
-        FusedBackbone(model_fp32, triton_projections=("o", "gate"))

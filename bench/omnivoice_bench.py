@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from realtime_tts.config import OmniVoiceConfig  # noqa: E402 - after the path insert
-from realtime_tts.engine.runner import CODEC_CHANNELS_LAST  # noqa: E402 - after the path insert
+from realtime_tts.engine.runner import CODEC_CHANNELS_LAST, CODEC_UNITS  # noqa: E402 - after the path insert
 
 CARD_TFLOPS = 775.0  # bf16 dense, measured on this card (../shared/docs/BASELINE.md)
 INSTRUCT = "female, young adult, moderate pitch"
@@ -370,7 +370,9 @@ def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
     # states which codec ran.
     use_fused_snake(model.codec.model, enabled=args.fused_snake)
     use_fused_codec(model.codec.model, enabled=args.fused_snake and args.fused_codec,
-                    channels_last=args.codec_channels_last)
+                    channels_last=args.codec_channels_last,
+                    fused_units=args.fused_snake and args.fused_codec and args.codec_channels_last
+                    and args.codec_units)
     emit(out_dir, {"kind": "load", "impl": "ours", "load_s": round(time.perf_counter() - t0, 2)})
     check_fused(model, runner, out_dir, args)
     for mode in args.modes.split(","):
@@ -614,6 +616,12 @@ def bench_reference(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None
 
 def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -> str:
     gens = [r for r in RECORDS if r["kind"] == "gen"]
+    fused_codec = args.fused_snake and args.fused_codec
+    codec_desc = ("fused Snake kernel" if args.fused_snake else "stock transformers Snake1d") + "".join(
+        part for part, on in ((" with the fused decoder epilogues", fused_codec),
+                              (", channels-last", fused_codec and args.codec_channels_last),
+                              (", narrow residual units as one kernel each",
+                               fused_codec and args.codec_channels_last and args.codec_units)) if on)
     lines = [f"# OmniVoice engine vs reference on {env['device']} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
              "", f"Command: `python bench/omnivoice_bench.py {' '.join(sys.argv[1:])}`", "",
              f"Versions: torch {env['torch']}, CUDA {env['cuda']}, triton {env['triton']}, transformers "
@@ -629,10 +637,8 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
              ("Pipelined codec (--codec-stream): " + ("on its own CUDA stream beside the next batch's steps, as "
               "the worker's decode thread runs it." if args.codec_stream else "on the steps' stream, between "
               "batches.")), "",
-             f"Codec in this table: {'fused Snake kernel' if args.fused_snake else 'stock transformers Snake1d'}"
-             f"{' with the fused decoder epilogues' if args.fused_snake and args.fused_codec else ''}"
-             f"{', channels-last' if args.fused_snake and args.fused_codec and args.codec_channels_last else ''} "
-             "(--fused-snake, --fused-codec, --codec-channels-last).", "",
+             f"Codec in this table: {codec_desc} (--fused-snake, --fused-codec, --codec-channels-last, "
+             "--codec-units).", "",
              f"Attention (--attention, --attention-block, --attention-heads): {args.attention}, block "
              f"{args.attention_block}, {args.attention_heads or 'GQA group'} q head(s) per program.", "",
              f"MLP gate/up + SwiGLU (--swiglu-gemm-min-tokens {args.swiglu_gemm_min_tokens}): "
@@ -708,6 +714,9 @@ def main() -> None:
     p.add_argument("--codec-channels-last", action=argparse.BooleanOptionalAction, default=CODEC_CHANNELS_LAST,
                    help="with --fused-codec, the decoder's activations in channels-last memory (default: the "
                         "runner's)")
+    p.add_argument("--codec-units", action=argparse.BooleanOptionalAction, default=CODEC_UNITS,
+                   help="with --codec-channels-last, residual units of <= 64 channels as one Triton kernel each "
+                        "(default: the runner's)")
     args = p.parse_args()
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,10 @@ PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
 # without layout conversions, 105-108 ms per 128 six-second grids vs 123-126 channels-first on the H200
 # (bench/results/omnivoice_bench_h200_run18.md; waveforms within 1.2e-5 of the stock decoder's, TF32 sums).
 CODEC_CHANNELS_LAST = True
+# StepRunner(codec_units=...): with the channels-last decoder, each residual unit of <= 64 channels (the last two
+# stages, 48000 and 144000 samples per 6 s) as one Triton kernel (kernels/dac_units.py) instead of cuDNN convs and
+# two epilogue passes.
+CODEC_UNITS = False
 
 
 def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:
@@ -219,8 +223,9 @@ class StepRunner:
     kernel (0: never; FusedBackbone).
     fused_snake (CUDA): the codec's Snake activations through kernels/snake.py; with fused_codec, the decoder's
     conv bias and residual adds inside those passes (kernels/dac_decoder.py), with codec_channels_last every
-    activation in channels-last memory (cuDNN's NHWC convs without layout conversions). capture_lock: held
-    around every step-graph capture (the worker's lock, shared with its decode thread).
+    activation in channels-last memory (cuDNN's NHWC convs without layout conversions) and with codec_units the
+    narrow residual units as one kernel each (kernels/dac_units.py). capture_lock: held around every step-graph
+    capture (the worker's lock, shared with its decode thread).
     """
 
     def __init__(self, model: OmniVoiceModel, *, use_fused: bool | None = None, use_graphs: bool | None = None,
@@ -231,7 +236,8 @@ class StepRunner:
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
                  swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True, fused_codec: bool = True,
-                 codec_channels_last: bool = CODEC_CHANNELS_LAST, capture_lock: threading.Lock | None = None) -> None:
+                 codec_channels_last: bool = CODEC_CHANNELS_LAST, codec_units: bool = CODEC_UNITS,
+                 capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
@@ -274,7 +280,8 @@ class StepRunner:
 
             use_fused_snake(model.codec.model)
             if fused_codec:  # the decoder's conv bias / residual adds folded into those Snake passes
-                use_fused_codec(model.codec.model, channels_last=codec_channels_last)
+                use_fused_codec(model.codec.model, channels_last=codec_channels_last,
+                                fused_units=codec_units and codec_channels_last)
         if codec_graph_frames > 0 and cuda:
             from realtime_tts.engine.codec_graphs import CodecGraphs
 

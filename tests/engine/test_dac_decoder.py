@@ -296,7 +296,7 @@ def test_channels_last_decoder_converts_only_at_entry(tiny_checkpoint: Path) -> 
     names = [name for name, _ in log.ops]
     convs = [t for name, t in log.ops if name.startswith(("aten.conv2d", "aten.conv_transpose2d"))]
     num_convs = sum(isinstance(m, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)) for m in decoder.modules())
-    assert len(convs) == num_convs
+    assert len(convs) == num_convs - 1  # all but conv2: the waveform head kernel (dac_output) runs that one
     for x4, w4 in (t[:2] for t in convs):
         assert x4.is_contiguous(memory_format=torch.channels_last) and x4.stride(1) == 1
         assert w4.is_contiguous(memory_format=torch.channels_last)
@@ -347,3 +347,23 @@ def test_tiny_codec_on_cuda_channels_last_and_graph_captured(tiny_checkpoint: Pa
         use_fused_codec(model, channels_last=True)
 
     check_graph_replays(codec, switch, lambda a, r: np.testing.assert_allclose(a, r, rtol=0, atol=1e-3))
+
+
+@pytest.mark.parametrize("final", ["tanh", "other"])
+def test_channels_last_decoder_keeps_the_final_activation(tiny_checkpoint: Path, final: str) -> None:
+    """HiggsAudioV2 ends its decoder in nn.Identity (the other tests); DAC's own nn.Tanh runs inside the waveform
+    head kernel, and any other final module is applied after it as the stock forward applies it."""
+    codec = tiny_codec(tiny_checkpoint, "cpu")
+    decoder = codec.model.acoustic_decoder
+    decoder.tanh = torch.nn.Tanh() if final == "tanh" else torch.nn.Hardtanh(-0.05, 0.05)
+    x = torch.randn(2, decoder.conv1.in_channels, 6)  # [B, D, T]
+    with torch.inference_mode():
+        stock = decoder(x)  # [B, 1, T_wave]
+    use_fused_codec(codec.model, channels_last=True)
+    with torch.inference_mode():
+        wave = decoder(x)
+    torch.testing.assert_close(wave, stock, rtol=1e-5, atol=1e-5 * float(stock.abs().max()))
+    with torch.inference_mode():
+        decoder.tanh = torch.nn.Identity()
+        bare = decoder(x)
+    assert not torch.allclose(bare, stock, rtol=1e-5, atol=1e-7), "the final activation changes the waveform"

@@ -16,19 +16,20 @@ def _channels_last(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).contiguous().transpose(1, 2)
 
 
+@pytest.mark.parametrize("tanh", [True, False])
 @pytest.mark.parametrize(("channels", "ksize", "padding", "length", "block_t"),
                          [(32, 7, 3, 300, 128), (24, 7, 3, 37, 16), (8, 3, 0, 50, 32), (5, 5, 1, 70, 64)])
 def test_wave_head_matches_conv_then_tanh(channels: int, ksize: int, padding: int, length: int,
-                                          block_t: int) -> None:
+                                          block_t: int, tanh: bool) -> None:
     """Every output sample (tile edges, both padded ends), channel counts that are and are not powers of two,
-    and convs that keep or shorten the length."""
+    convs that keep or shorten the length, with DAC's tanh and without it (HiggsAudioV2's identity)."""
     g = torch.Generator().manual_seed(channels + ksize)
     act = torch.randn(3, channels, length, generator=g)  # [B, C, T]
     weight = torch.randn(1, channels, ksize, generator=g) * 0.2  # pre-activations of order 1: tanh not saturated
     bias = torch.randn(1, generator=g) * 0.1
-    ref = wave_head_ref(act, weight, bias, padding)
+    ref = wave_head_ref(act, weight, bias, padding, tanh=tanh)
     out = wave_head(_channels_last(act).to(DEVICE), tap_weights(weight).to(DEVICE), bias.to(DEVICE), padding,
-                    block_t=block_t)
+                    tanh=tanh, block_t=block_t)
     assert out.shape == ref.shape and out.is_contiguous()
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
 
@@ -54,7 +55,8 @@ def test_wave_head_builds_for_hopper_without_a_gpu() -> None:
     """The CUDA build (libdevice tanh) at the decoder's shape (32 channels, 7 taps) for sm_90: no spills."""
     sig = {"act_ptr": "*fp32", "w_ptr": "*fp32", "bias_ptr": "*fp32", "out_ptr": "*fp32", "in_len": "i32",
            "out_len": "i32", "stride_ab": "i64", "stride_at": "i64"}
-    consts = {"NUM_CHANNELS": 32, "KSIZE": 7, "PAD": 3, "BLOCK_T": 128, "BLOCK_C": 32, "PRECISE_TANH": True}
+    consts = {"NUM_CHANNELS": 32, "KSIZE": 7, "PAD": 3, "BLOCK_T": 128, "BLOCK_C": 32, "TANH": True,
+              "PRECISE_TANH": True}
     sig |= {n: "constexpr" for n in consts}
     (u,) = sm90.build([{"kernel": "realtime_tts.engine.kernels.dac_output:_wave_head_kernel", "signature": sig,
                         "constexprs": consts, "options": {"num_warps": 4}}])

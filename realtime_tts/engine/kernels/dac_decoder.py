@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from realtime_tts.engine.kernels import dac_units
+from realtime_tts.engine.kernels import dac_output, dac_units
 from realtime_tts.engine.kernels.module_switch import ForwardSwitch
 from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, launch_snake, snake_ref, unit_stride
 
@@ -81,6 +81,8 @@ _CL_FLAG = "_fused_channels_last"
 # channels-last decoders only: residual units with C <= dac_units.MAX_UNIT_CHANNELS run as one kernel each
 _UNITS_FLAG = "_fused_units"
 _CL_WEIGHT = "_fused_channels_last_weight"
+# channels-last decoders: conv2 (C → 1 channel) + tanh as one kernel (dac_output.wave_head), its taps cached here
+_WAVE_TAPS = "_fused_wave_taps"
 
 
 def _cl_weight(conv: Any) -> torch.Tensor:
@@ -95,6 +97,23 @@ def _cl_weight(conv: Any) -> torch.Tensor:
         conv.__dict__[_CL_WEIGHT] = cached
     weight: torch.Tensor = cached[1]
     return weight
+
+
+def _wave_taps(conv: Any) -> torch.Tensor | None:
+    """conv2's weight as dac_output.wave_head reads it ([K, C] fp32), cached like _cl_weight; None when the conv
+    is not a plain one-output conv (then cuDNN runs it)."""
+    if not (conv.out_channels == 1 and conv.stride == (1,) and conv.dilation == (1,) and conv.groups == 1
+            and isinstance(conv.padding, tuple)):
+        return None
+    w = conv.weight
+    key = (w.data_ptr(), w._version, w.device, w.dtype)
+    cached = conv.__dict__.get(_WAVE_TAPS)
+    if cached is None or cached[0] != key:
+        with torch.no_grad():
+            cached = (key, dac_output.tap_weights(w.detach()))
+        conv.__dict__[_WAVE_TAPS] = cached
+    taps: torch.Tensor = cached[1]
+    return taps
 
 
 def _conv_cl(conv: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -154,6 +173,15 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
                 skip = skip[..., padding:-padding]
             skip, act = conv_epilogue(out, unit.conv2.bias, next(nxt), skip=skip, keep_raw=keep,
                                       inplace=True, channels_last=channels_last)
+    taps = _wave_taps(self.conv2) if channels_last and self.conv2.bias is not None else None
+    if taps is not None:  # conv2 + bias (+ tanh) in one pass, straight into the [B, 1, T_wave] waveform
+        # DAC ends in nn.Tanh; HiggsAudioV2's tokenizer swaps it for nn.Identity (unbounded waveforms)
+        tanh = type(self.tanh) is torch.nn.Tanh
+        wave = dac_output.wave_head(act, taps, self.conv2.bias, self.conv2.padding[0], tanh=tanh)
+        if tanh or type(self.tanh) is torch.nn.Identity:
+            return wave
+        other: torch.Tensor = self.tanh(wave)  # any other final module: applied as the stock forward does
+        return other
     if channels_last:
         # bias and all, as the stock conv2; with one output channel [B, 1, T] memory is both layouts: the conversion
         # out is free (.contiguous() is a no-op, kept as the guarantee)
@@ -247,10 +275,12 @@ def use_fused_codec(model: torch.nn.Module, enabled: bool = True, channels_last:
             for conv in module.modules():  # the weights converted once, now
                 if isinstance(conv, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
                     _cl_weight(conv)
+            _wave_taps(module.conv2)
         else:
             module.__dict__.pop(_CL_FLAG, None)
             for conv in module.modules():
                 conv.__dict__.pop(_CL_WEIGHT, None)
+                conv.__dict__.pop(_WAVE_TAPS, None)
         changed += bool(switched or relaid)
     return changed
 

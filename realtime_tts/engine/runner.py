@@ -45,8 +45,8 @@ PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
 CODEC_CHANNELS_LAST = True
 # StepRunner(codec_units=...): with the channels-last decoder, each residual unit of <= 64 channels (the last two
 # stages, 48000 and 144000 samples per 6 s) as one Triton kernel (kernels/dac_units.py) instead of cuDNN convs and
-# two epilogue passes.
-CODEC_UNITS = False
+# two epilogue passes: 96.3 ms per 128 six-second grids vs 100.9-105.9 on the H200 (omnivoice_bench_h200_run19.md).
+CODEC_UNITS = True
 
 
 def _ceil_to(ladder: tuple[int, ...], n: int) -> int | None:

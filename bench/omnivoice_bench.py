@@ -458,11 +458,12 @@ def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 
     pass), and fused with cudnn.benchmark (a candidate: cuDNN's timed algorithm choice may
     avoid the NCHW<->NHWC conversions the heuristics' TF32 kernels pay), and the fused decoder channels-last end
     to end (fused_codec_cl: cuDNN's NHWC kernels with no conversions), and that with each residual unit of <= 64
-    channels as one Triton kernel (fused_codec_cl_units: dac_units' default launch table;
-    fused_codec_cl_units_t64w4 / _t128w8: every channel count at T_BLOCK 64, 4 warps / 128, 8 warps): ms each
-    (median of 3, synced), max abs difference of the waveforms to the stock ones. Leaves the codec as
-    --fused-snake set it, and its decoder as it found it."""
-    from realtime_tts.engine.kernels import dac_units, use_fused_snake
+    channels as one Triton kernel (fused_codec_cl_units; at T_BLOCK 64/4 warps and 128/8 warps for every channel
+    count it ran within 1 ms of dac_units' launch table on the H200, omnivoice_bench_h200_run19/20), and that with
+    cudnn.benchmark (cuDNN's timed choice for the wider channels-last convs): ms each (median of 3, synced), max
+    abs difference of the waveforms to the stock ones. Leaves the codec as --fused-snake set it, and its decoder
+    as it found it."""
+    from realtime_tts.engine.kernels import use_fused_snake
     from realtime_tts.engine.kernels.dac_decoder import fused_codec_state, fused_units_state, use_fused_codec
 
     g = torch.Generator().manual_seed(5)
@@ -472,20 +473,14 @@ def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 
     cudnn_benchmark = torch.backends.cudnn.benchmark
     codec_was_fused, codec_was_cl = fused_codec_state(model.codec.model)
     codec_had_units = fused_units_state(model.codec.model)
-    unit_launch = dict(dac_units.UNIT_LAUNCH)
-    sweep = {"_t64w4": dac_units.UnitLaunch(64, 4), "_t128w8": dac_units.UnitLaunch(128, 8)}
     try:
         with torch.inference_mode():
             for name, fused, timed_algos in (("stock", False, False), ("fused", True, False),
                                              ("fused_codec", True, False), ("fused_cudnn_benchmark", True, True),
                                              ("fused_codec_cl", True, False), ("fused_codec_cl_units", True, False),
-                                             *((f"fused_codec_cl_units{s}", True, False) for s in sweep)):
+                                             ("fused_codec_cl_units_cudnn_benchmark", True, True)):
                 rec[f"num_switched_{name}"] = use_fused_snake(model.codec.model, enabled=fused)
                 units = name.startswith("fused_codec_cl_units")
-                dac_units.UNIT_LAUNCH.update(unit_launch)
-                if units and name != "fused_codec_cl_units":
-                    launch = sweep[name.removeprefix("fused_codec_cl_units")]
-                    dac_units.UNIT_LAUNCH.update({c: launch for c in dac_units.UNIT_LAUNCH})
                 rec[f"num_switched_codec_{name}"] = use_fused_codec(
                     model.codec.model, enabled=name.startswith("fused_codec"),
                     channels_last=name.startswith("fused_codec_cl"), fused_units=units)
@@ -504,7 +499,6 @@ def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 
     finally:
         torch.backends.cudnn.benchmark = cudnn_benchmark
         use_fused_snake(model.codec.model, enabled=args.fused_snake)
-        dac_units.UNIT_LAUNCH.update(unit_launch)
         use_fused_codec(model.codec.model, enabled=codec_was_fused, channels_last=codec_was_cl,
                         fused_units=codec_had_units)
     del waves
@@ -662,8 +656,7 @@ def write_report(args: argparse.Namespace, out_dir: Path, env: dict[str, Any]) -
             variants = [("fused", "fused Snake kernel"), ("fused_codec", "fused decoder epilogues"),
                         ("fused_codec_cl", "fused decoder epilogues, channels-last"),
                         ("fused_codec_cl_units", "channels-last, residual units <= 64 ch. as one kernel"),
-                        ("fused_codec_cl_units_t64w4", "the same at T_BLOCK 64, 4 warps"),
-                        ("fused_codec_cl_units_t128w8", "the same at T_BLOCK 128, 8 warps"),
+                        ("fused_codec_cl_units_cudnn_benchmark", "the same with cudnn.benchmark"),
                         ("fused_cudnn_benchmark", "fused Snake with cudnn.benchmark")]
             timed = [f"{label} {r[name + '_ms']} ms (max abs waveform difference {r[name + '_max_abs_diff']:.3g})"
                      for name, label in variants if name + "_ms" in r]

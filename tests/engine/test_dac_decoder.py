@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 triton = pytest.importorskip("triton")
 
-from tiny_codec import check_graph_replays, tiny_codec
+from tiny_codec import assert_close_audio, check_graph_replays, tiny_codec
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.kernels.dac_decoder import (
@@ -222,15 +222,6 @@ def test_fused_codec_alone_matches_stock(tiny_checkpoint: Path) -> None:
     np.testing.assert_allclose(codec.decode(grids)[0], stock[0], rtol=1e-5, atol=1e-5 * float(np.abs(stock[0]).max()))
 
 
-def _assert_close_audio(a: np.ndarray, r: np.ndarray, device: str) -> None:
-    # CPU: fp32 convs, but oneDNN's NHWC conv kernels sum in another order than its NCW ones: a few ulps apart
-    # (measured up to 3e-8 on audio of peak 0.09), not bit-equal. CUDA: TF32 convs, 1e-3 abs (the brief's bound).
-    if device == "cpu":
-        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5 * float(np.abs(r).max()))
-    else:
-        np.testing.assert_allclose(a, r, rtol=0, atol=1e-3)
-
-
 def test_channels_last_decoder_matches_stock_and_switches(tiny_checkpoint: Path) -> None:
     codec = tiny_codec(tiny_checkpoint, DEVICE)
     model = codec.model
@@ -250,7 +241,7 @@ def test_channels_last_decoder_matches_stock_and_switches(tiny_checkpoint: Path)
     cl = codec.decode(grids)
     for a, r in zip(cl, stock, strict=True):
         assert a.shape == r.shape
-        _assert_close_audio(a, r, codec.device.type)
+        assert_close_audio(a, r, codec.device.type)
     assert use_fused_codec(model, enabled=False) == 1
     assert _decoder_classes(codec) == ["DacDecoder"] and fused_codec_state(model) == (False, False)
     assert not any("_fused_channels_last_weight" in m.__dict__ for m in decoder.modules())
@@ -265,7 +256,7 @@ def test_channels_last_decoder_matches_stock_and_switches(tiny_checkpoint: Path)
     changed_cl = codec.decode(grids[:1])
     assert not np.array_equal(changed_cl[0], cl[0])
     use_fused_codec(model, enabled=False)
-    _assert_close_audio(changed_cl[0], codec.decode(grids[:1])[0], codec.device.type)
+    assert_close_audio(changed_cl[0], codec.decode(grids[:1])[0], codec.device.type)
 
 
 class _OpLog(TorchDispatchMode):

@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 triton = pytest.importorskip("triton")
 
 import sm90  # tests/engine/sm90.py
-from tiny_codec import check_graph_replays, tiny_codec
+from tiny_codec import assert_close_audio, check_graph_replays, tiny_codec
 
 from realtime_tts.engine.kernels import dac_units
 from realtime_tts.engine.kernels.dac_decoder import fused_codec_state, fused_units_state, use_fused_codec
@@ -98,13 +98,6 @@ def test_weights_are_cached_and_follow_changes() -> None:
     assert not any("fused_unit" in k for k in unit.state_dict())
 
 
-def _assert_close_audio(a: np.ndarray, r: np.ndarray) -> None:
-    if DEVICE == "cpu":
-        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5 * float(np.abs(r).max()))
-    else:
-        np.testing.assert_allclose(a, r, rtol=0, atol=1e-3)
-
-
 def test_tiny_codec_decodes_the_same_audio_with_fused_units(tiny_checkpoint: Path) -> None:
     codec = tiny_codec(tiny_checkpoint, DEVICE)
     model = codec.model
@@ -130,7 +123,7 @@ def test_tiny_codec_decodes_the_same_audio_with_fused_units(tiny_checkpoint: Pat
     fused = codec.decode(grids)
     for a, c, r in zip(fused, cl, stock, strict=True):
         assert a.shape == r.shape
-        _assert_close_audio(a, r)
+        assert_close_audio(a, r, DEVICE)
         assert not np.array_equal(a, c)  # it did take the other path
     assert use_fused_codec(model, channels_last=True) == 1  # units off, channels-last kept
     assert not fused_units_state(model)

@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 triton = pytest.importorskip("triton")
 
-from tiny_codec import assert_close_audio, check_graph_replays, tiny_codec
+from tiny_codec import assert_close_audio, check_graph_replays, decode_logged, tiny_codec
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.kernels.dac_decoder import (
@@ -259,33 +258,16 @@ def test_channels_last_decoder_matches_stock_and_switches(tiny_checkpoint: Path)
     assert_close_audio(changed_cl[0], codec.decode(grids[:1])[0], codec.device.type)
 
 
-class _OpLog(TorchDispatchMode):
-    """Every aten op a forward runs, with its tensor arguments."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[tuple[str, list[torch.Tensor]]] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops.append((str(func), [a for a in args if isinstance(a, torch.Tensor)]))
-        return func(*args, **(kwargs or {}))
-
-
 def test_channels_last_decoder_converts_only_at_entry(tiny_checkpoint: Path) -> None:
     # Every conv gets a channels_last input and weight, no layout conversion runs between convs (the Triton
     # interpreter's own copies restore storage as it was: same strides on both sides), one at the entry.
     codec = tiny_codec(tiny_checkpoint, "cpu")
     decoder = codec.model.acoustic_decoder
-    x = torch.randn(2, decoder.conv1.in_channels, 6)  # [B, D, T]
-    with torch.inference_mode():
-        stock = decoder(x)  # [B, 1, T_wave]
-    use_fused_codec(codec.model, channels_last=True)
-    with torch.inference_mode(), _OpLog() as log:
-        wave = decoder(x)
+    stock, wave, ops = decode_logged(codec, lambda m: use_fused_codec(m, channels_last=True))
     assert wave.shape == stock.shape and wave.is_contiguous()  # [B, 1, T_wave], as the stock decoder returns it
     torch.testing.assert_close(wave, stock, rtol=1e-5, atol=1e-5 * float(stock.abs().max()))
-    names = [name for name, _ in log.ops]
-    convs = [t for name, t in log.ops if name.startswith(("aten.conv2d", "aten.conv_transpose2d"))]
+    names = [name for name, _ in ops]
+    convs = [t for name, t in ops if name.startswith(("aten.conv2d", "aten.conv_transpose2d"))]
     num_convs = sum(isinstance(m, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)) for m in decoder.modules())
     assert len(convs) == num_convs - 1  # all but conv2: the waveform head kernel (dac_output) runs that one
     for x4, w4 in (t[:2] for t in convs):
@@ -293,7 +275,7 @@ def test_channels_last_decoder_converts_only_at_entry(tiny_checkpoint: Path) -> 
         assert w4.is_contiguous(memory_format=torch.channels_last)
     assert names.count("aten.contiguous.default") == 1  # the entry
     assert not {n.split(".")[1] for n in names} & {"clone", "_to_copy", "to", "transpose", "permute"}
-    for name, t in log.ops:
+    for name, t in ops:
         if name.startswith("aten.copy_"):
             assert t[0].stride() == t[1].stride(), "a layout conversion between convs"
 

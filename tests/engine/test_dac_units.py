@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 triton = pytest.importorskip("triton")
 
 import sm90  # tests/engine/sm90.py
-from tiny_codec import assert_close_audio, check_graph_replays, tiny_codec
+from tiny_codec import assert_close_audio, check_graph_replays, decode_logged, tiny_codec
 
 from realtime_tts.engine.kernels import dac_units
 from realtime_tts.engine.kernels.dac_decoder import fused_codec_state, fused_units_state, use_fused_codec
@@ -137,31 +136,13 @@ def test_tiny_codec_decodes_the_same_audio_with_fused_units(tiny_checkpoint: Pat
         np.testing.assert_array_equal(a, r)
 
 
-class _ConvLog(TorchDispatchMode):
-    """The convolutions a forward runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.convs: list[str] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if "conv" in str(func):
-            self.convs.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def test_fused_units_leave_only_the_other_convs_to_torch(tiny_checkpoint: Path) -> None:
     # with every unit fused, torch runs only conv1 and each block's upsampling conv (conv2 + the final activation:
     # the waveform head kernel, dac_output)
     codec = tiny_codec(tiny_checkpoint, "cpu")
     decoder = codec.model.acoustic_decoder
-    x = torch.randn(2, decoder.conv1.in_channels, 6)  # [B, D, T]
-    with torch.inference_mode():
-        stock = decoder(x)
-    use_fused_codec(codec.model, channels_last=True, fused_units=True)
-    with torch.inference_mode(), _ConvLog() as log:
-        wave = decoder(x)
-    assert len(log.convs) == 1 + len(decoder.block)
+    stock, wave, ops = decode_logged(codec, lambda m: use_fused_codec(m, channels_last=True, fused_units=True))
+    assert len([name for name, _ in ops if "conv" in name]) == 1 + len(decoder.block)
     assert wave.shape == stock.shape and wave.is_contiguous()
     torch.testing.assert_close(wave, stock, rtol=1e-5, atol=1e-5 * float(stock.abs().max()))
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def tiny_codec(tiny_checkpoint: Path, device: str) -> Any:
@@ -52,3 +53,29 @@ def assert_close_audio(a: np.ndarray, r: np.ndarray, device: str) -> None:
         np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5 * float(np.abs(r).max()))
     else:
         np.testing.assert_allclose(a, r, rtol=0, atol=1e-3)
+
+
+class _OpLog(TorchDispatchMode):
+    """Every aten op a forward runs, with its tensor arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, list[torch.Tensor]]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append((str(func), [a for a in args if isinstance(a, torch.Tensor)]))
+        return func(*args, **(kwargs or {}))
+
+
+def decode_logged(codec: Any, switch: Callable[[torch.nn.Module], object]
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[str, list[torch.Tensor]]]]:
+    """The tiny codec's acoustic decoder on random CPU latents [2, D, 6], stock, then after switch(codec.model):
+    → (stock waveform, switched waveform, every aten op of the switched forward with its tensor arguments)."""
+    decoder = codec.model.acoustic_decoder
+    x = torch.randn(2, decoder.conv1.in_channels, 6)  # [B, D, T]
+    with torch.inference_mode():
+        stock = decoder(x)  # [B, 1, T_wave]
+    switch(codec.model)
+    with torch.inference_mode(), _OpLog() as log:
+        wave = decoder(x)
+    return stock, wave, log.ops

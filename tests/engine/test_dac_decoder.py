@@ -305,19 +305,22 @@ def test_tiny_codec_on_cuda_fused_and_graph_captured(tiny_checkpoint: Path) -> N
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_tiny_codec_on_cuda_channels_last_and_graph_captured(tiny_checkpoint: Path) -> None:
+@pytest.mark.parametrize("fused_units", [False, True])
+def test_tiny_codec_on_cuda_channels_last_and_graph_captured(tiny_checkpoint: Path, fused_units: bool) -> None:
+    """The channels-last decoder (fused_units: with every residual unit as one kernel, kernels/dac_units.py)
+    against stock on CUDA, then captured in the codec's CUDA graphs and replayed."""
     codec = tiny_codec(tiny_checkpoint, "cuda")
     g = torch.Generator().manual_seed(4)
     grids = [torch.randint(0, 1024, (8, t), generator=g) for t in (10, 10, 17, 150)]
     stock = codec.decode(grids)
-    assert use_fused_codec(codec.model, channels_last=True) == 1
+    assert use_fused_codec(codec.model, channels_last=True, fused_units=fused_units) == 1
     for a, r in zip(codec.decode(grids), stock, strict=True):
         assert a.shape == r.shape
         np.testing.assert_allclose(a, r, rtol=0, atol=1e-3)  # TF32 convs in another layout: not bit-equal
     use_fused_codec(codec.model, enabled=False)
 
-    def switch(model: torch.nn.Module) -> None:  # the channels-last decoder, captured then replayed
-        use_fused_codec(model, channels_last=True)
+    def switch(model: torch.nn.Module) -> None:
+        use_fused_codec(model, channels_last=True, fused_units=fused_units)
 
     check_graph_replays(codec, switch, lambda a, r: np.testing.assert_allclose(a, r, rtol=0, atol=1e-3))
 

@@ -35,30 +35,45 @@ def _inputs(shape: tuple[int, int, int], seed: int) -> tuple[torch.Tensor, torch
     return x.to(DEVICE), bias.to(DEVICE), alpha.to(DEVICE), skip.to(DEVICE)
 
 
+def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    """t [B, C, T] with the same values in [B, T, C] memory (channel stride 1)."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+# [B, C, T] memory: rows of samples; [B, T, C] (channels_last): tiles over (batch·T rows, C columns), where 300
+# channels at tile 64 cross channel-tile edges
+EPILOGUE_SHAPES = ([(False, s) for s in [(3, 5, 37), (2, 7, 1), (1, 3, 1500), (2, 1, 2049)]]
+                   + [(True, s) for s in [(2, 96, 37), (3, 5, 20), (1, 300, 9), (2, 1, 50), (2, 7, 1)]])
+
+
 @pytest.mark.parametrize("tile", [64, 1024])
-@pytest.mark.parametrize("shape", [(3, 5, 37), (2, 7, 1), (1, 3, 1500), (2, 1, 2049)])
+@pytest.mark.parametrize(("channels_last", "shape"), EPILOGUE_SHAPES)
 @pytest.mark.parametrize(("with_bias", "with_skip", "keep_raw", "inplace"), [
     (True, False, False, True),  # conv → Snake (the residual unit's first conv, the decoder's first conv)
     (True, False, True, True),  # conv → Snake and skip (the upsampling conv)
     (True, True, True, True),  # skip + conv → Snake and the next skip (residual units 1, 2)
     (True, True, False, True),  # skip + conv → Snake (residual unit 3)
     (False, True, True, False),
+    (False, False, False, False),
 ])
-def test_epilogue_matches_the_stock_ops(shape: tuple[int, int, int], tile: int, with_bias: bool, with_skip: bool,
-                                        keep_raw: bool, inplace: bool) -> None:
-    x, bias, alpha, skip = _inputs(shape, sum(shape) + tile)
+def test_epilogue_matches_the_stock_ops(channels_last: bool, shape: tuple[int, int, int], tile: int,
+                                        with_bias: bool, with_skip: bool, keep_raw: bool, inplace: bool) -> None:
+    x, bias, alpha, skip = _inputs(shape, sum(shape) + tile + channels_last)
     b = bias if with_bias else None
-    s = skip if with_skip else None
-    ref_raw, ref_y = conv_epilogue_ref(x, b, alpha, s)
-    x_arg = x.clone()
-    raw, y = conv_epilogue(x_arg, b, alpha, skip=s, keep_raw=keep_raw, inplace=inplace, tile=tile)
-    assert y.shape == x.shape and y.dtype == x.dtype
+    s = (_channels_last(skip) if channels_last else skip) if with_skip else None
+    ref_raw, ref_y = conv_epilogue_ref(x, b, alpha, skip if with_skip else None)
+    x_arg = _channels_last(x) if channels_last else x.clone()
+    strides = x_arg.stride()
+    raw, y = conv_epilogue(x_arg, b, alpha, skip=s, keep_raw=keep_raw, inplace=inplace, tile=tile,
+                           channels_last=channels_last)
+    assert y.shape == x.shape and y.dtype == x.dtype and y.stride() == strides  # the layout is kept
     if keep_raw:
-        assert raw is not None
+        assert raw is not None and raw.stride() == strides
         torch.testing.assert_close(raw, ref_raw, rtol=0, atol=0)  # the same fp32 additions in the same order
     else:
         assert raw is None
-    # Snake of the same fp32 values as the Snake kernel computes it: equal to the bit (one sin implementation)
+    # Snake of the same fp32 values as the Snake kernel computes it (one snake_values in both layouts): equal to
+    # the bit to the [B, C, T] kernel (one sin implementation)
     torch.testing.assert_close(y, kernels.snake(ref_raw, alpha, tile=tile), rtol=0, atol=0)
     # and close to torch's own sin
     torch.testing.assert_close(y, ref_y, rtol=1e-5, atol=1e-5 * float(ref_y.abs().max()))
@@ -80,42 +95,6 @@ def test_epilogue_on_strided_skip_and_input() -> None:
     assert raw is not None
     torch.testing.assert_close(raw, ref_raw, rtol=0, atol=0)
     torch.testing.assert_close(y, kernels.snake(ref_raw, alpha, tile=128), rtol=0, atol=0)
-
-
-def _channels_last(t: torch.Tensor) -> torch.Tensor:
-    """t [B, C, T] with the same values in [B, T, C] memory (channel stride 1)."""
-    return t.transpose(1, 2).contiguous().transpose(1, 2)
-
-
-@pytest.mark.parametrize("tile", [64, 1024])
-@pytest.mark.parametrize("shape", [(2, 96, 37), (3, 5, 20), (1, 300, 9), (2, 1, 50), (2, 7, 1)])
-@pytest.mark.parametrize(("with_bias", "with_skip", "keep_raw", "inplace"), [
-    (True, False, False, True), (True, False, True, True), (True, True, True, True), (True, True, False, True),
-    (False, True, True, False), (False, False, False, False),
-])
-def test_channels_last_epilogue_matches_the_stock_ops(shape: tuple[int, int, int], tile: int, with_bias: bool,
-                                                      with_skip: bool, keep_raw: bool, inplace: bool) -> None:
-    # [B, T, C] memory: tiles over (batch·T rows, C columns); 300 channels at tile 64 cross channel-tile edges
-    x, bias, alpha, skip = _inputs(shape, sum(shape) + tile + 1)
-    b = bias if with_bias else None
-    s = _channels_last(skip) if with_skip else None
-    ref_raw, ref_y = conv_epilogue_ref(x, b, alpha, skip if with_skip else None)
-    x_arg = _channels_last(x)
-    strides = x_arg.stride()
-    raw, y = conv_epilogue(x_arg, b, alpha, skip=s, keep_raw=keep_raw, inplace=inplace, tile=tile,
-                           channels_last=True)
-    assert y.stride() == strides  # the layout is kept
-    if keep_raw:
-        assert raw is not None and raw.stride() == strides
-        torch.testing.assert_close(raw, ref_raw, rtol=0, atol=0)  # the same fp32 additions in the same order
-    # one snake_values in both layouts: equal to the bit to the [B, C, T] kernel on the same values
-    torch.testing.assert_close(y, kernels.snake(ref_raw, alpha, tile=tile), rtol=0, atol=0)
-    torch.testing.assert_close(y, ref_y, rtol=1e-5, atol=1e-5 * float(ref_y.abs().max()))
-    if inplace:
-        taken = raw if raw is not None else y
-        assert taken.data_ptr() == x_arg.data_ptr()
-    else:
-        torch.testing.assert_close(x_arg, x, rtol=0, atol=0)
 
 
 def test_channels_last_epilogue_reads_a_skip_cropped_along_t_in_place() -> None:

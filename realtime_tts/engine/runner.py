@@ -35,13 +35,13 @@ TOKEN_BUCKETS = ((256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584,
                  + tuple(range(SERVING_MAX_TOKENS + 128, 65536 + 1, 128)))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 # Steps above the serving ladder (bulk, captured on first use) pad their target grids to a multiple of this many
-# frames instead of slots.FRAME_QUANTUM: the audio head and the scoring run on every padded frame, and a 6 s
-# item's 150 frames padded to 192 cost a B=128 design step ~0.3 ms of its ~1.6 ms head + scoring.
+# frames instead of slots.FRAME_QUANTUM: the audio head and the scoring run on every padded frame (6 s items, 150
+# frames: head + scoring of a B=128 design step 1.57 ms at 192, 1.33 at 152; H200 profiles run6 and run7).
 BULK_FRAME_QUANTUM = 8
 PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
 # StepRunner(codec_channels_last=...): the fused codec decoder's memory layout. Channels-last: cuDNN's NHWC convs
 # without layout conversions, 105-108 ms per 128 six-second grids vs 123-126 channels-first on the H200
-# (bench/results/omnivoice_bench_h200_run18.md; waveforms within 1.2e-5 of the stock decoder's, TF32 sums).
+# (bench/results/omnivoice_bench_h200_run18.md; waveforms within 1.4e-5 of the stock decoder's, TF32 sums).
 CODEC_CHANNELS_LAST = True
 # StepRunner(codec_units=...): with the channels-last decoder, each residual unit of <= 64 channels (the last two
 # stages, 48000 and 144000 samples per 6 s) as one Triton kernel (kernels/dac_units.py) instead of cuDNN convs and

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from realtime_tts.engine.kernels import dac_output, dac_units
-from realtime_tts.engine.kernels.module_switch import ForwardSwitch
+from realtime_tts.engine.kernels.module_switch import ForwardSwitch, derived, drop_derived
 from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, launch_snake, snake_ref, unit_stride
 
 
@@ -87,16 +87,12 @@ _WAVE_TAPS = "_fused_wave_taps"
 
 def _cl_weight(conv: Any) -> torch.Tensor:
     """conv's weight [O, I, K] (transposed: [I, O, K]) as [O, I, 1, K] in channels_last memory, cached."""
-    w = conv.weight
-    key = (w.data_ptr(), w._version, w.device, w.dtype)
-    cached = conv.__dict__.get(_CL_WEIGHT)
-    if cached is None or cached[0] != key:
-        with torch.no_grad():
-            w4 = w.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)  # [O, I, 1, K]
-        cached = (key, w4)
-        conv.__dict__[_CL_WEIGHT] = cached
-    weight: torch.Tensor = cached[1]
-    return weight
+    w: torch.Tensor = conv.weight
+
+    def make() -> torch.Tensor:
+        return w.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)  # [O, I, 1, K]
+
+    return derived(conv, _CL_WEIGHT, (w,), make)
 
 
 def _wave_taps(conv: Any) -> torch.Tensor | None:
@@ -106,14 +102,7 @@ def _wave_taps(conv: Any) -> torch.Tensor | None:
             and isinstance(conv.padding, tuple)):
         return None
     w = conv.weight
-    key = (w.data_ptr(), w._version, w.device, w.dtype)
-    cached = conv.__dict__.get(_WAVE_TAPS)
-    if cached is None or cached[0] != key:
-        with torch.no_grad():
-            cached = (key, dac_output.tap_weights(w.detach()))
-        conv.__dict__[_WAVE_TAPS] = cached
-    taps: torch.Tensor = cached[1]
-    return taps
+    return derived(conv, _WAVE_TAPS, (w,), lambda: dac_output.tap_weights(w.detach()))
 
 
 def _conv_cl(conv: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -168,9 +157,7 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
                                    channels_last=channels_last)
             out = conv(unit.conv2, act)  # [B, C, T']
             assert skip is not None
-            padding = (skip.shape[-1] - out.shape[-1]) // 2
-            if padding > 0:
-                skip = skip[..., padding:-padding]
+            skip = dac_units.center_crop(skip, out.shape[-1])
             skip, act = conv_epilogue(out, unit.conv2.bias, next(nxt), skip=skip, keep_raw=keep,
                                       inplace=True, channels_last=channels_last)
     taps = _wave_taps(self.conv2) if channels_last and self.conv2.bias is not None else None
@@ -279,8 +266,8 @@ def use_fused_codec(model: torch.nn.Module, enabled: bool = True, channels_last:
         else:
             module.__dict__.pop(_CL_FLAG, None)
             for conv in module.modules():
-                conv.__dict__.pop(_CL_WEIGHT, None)
-                conv.__dict__.pop(_WAVE_TAPS, None)
+                drop_derived(conv, _CL_WEIGHT)
+                drop_derived(conv, _WAVE_TAPS)
         changed += bool(switched or relaid)
     return changed
 

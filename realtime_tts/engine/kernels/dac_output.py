@@ -18,7 +18,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 # Triton's interpreter has no libdevice: there tanh is spelled with exp (same value to a few ulp).
-_INTERPRET = triton.knobs.runtime.interpret
+from realtime_tts.engine.kernels.snake import _INTERPRET
 
 
 @triton.jit(do_not_specialize=["in_len", "out_len"])

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from realtime_tts.engine.kernels.module_switch import derived, drop_derived
 from realtime_tts.engine.kernels.snake import _INTERPRET, snake_ref, snake_values
 
 # Above this many channels a unit's weights (7·C·C fp32 taps + C·C) no longer fit one program's registers and
@@ -106,25 +107,30 @@ _WEIGHTS = "_fused_unit_weights"
 
 def unit_weights(unit: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(w1 [K, BLOCK_C, BLOCK_C] (tap, in, out), w2 [BLOCK_C, BLOCK_C] (in, out)), zero-padded, fp32, contiguous:
-    made once and cached on the unit as a plain attribute (not a parameter or buffer), remade if a weight changes."""
+    made once and cached on the unit (module_switch.derived), remade if a weight changes."""
     w1, w2 = unit.conv1.weight, unit.conv2.weight  # [C, C, K], [C, C, 1]
-    key = tuple((w.data_ptr(), w._version, w.device, w.dtype) for w in (w1, w2))
-    cached = unit.__dict__.get(_WEIGHTS)
-    if cached is None or cached[0] != key:
+
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
         channels, _, taps = w1.shape
         block = block_channels(channels)
-        with torch.no_grad():
-            p1 = torch.zeros(taps, block, block, dtype=torch.float32, device=w1.device)  # [K, in, out]
-            p1[:, :channels, :channels] = w1.detach().permute(2, 1, 0)
-            p2 = torch.zeros(block, block, dtype=torch.float32, device=w2.device)  # [in, out]
-            p2[:channels, :channels] = w2.detach()[:, :, 0].t()
-        cached = (key, p1, p2)
-        unit.__dict__[_WEIGHTS] = cached
-    return cached[1], cached[2]
+        p1 = torch.zeros(taps, block, block, dtype=torch.float32, device=w1.device)  # [K, in, out]
+        p1[:, :channels, :channels] = w1.detach().permute(2, 1, 0)
+        p2 = torch.zeros(block, block, dtype=torch.float32, device=w2.device)  # [in, out]
+        p2[:channels, :channels] = w2.detach()[:, :, 0].t()
+        return p1, p2
+
+    return derived(unit, _WEIGHTS, (w1, w2), make)
 
 
 def drop_unit_weights(unit: Any) -> None:
-    unit.__dict__.pop(_WEIGHTS, None)
+    drop_derived(unit, _WEIGHTS)
+
+
+def center_crop(skip: torch.Tensor, length: int) -> torch.Tensor:
+    """A residual unit's skip input [B, C, T'] cut to its output's length T (T' >= T) at the centre, as
+    DacResidualUnit does (a view: read in place)."""
+    crop = (skip.shape[-1] - length) // 2
+    return skip[..., crop:-crop] if crop > 0 else skip
 
 
 def _flat(p: torch.Tensor) -> torch.Tensor:
@@ -141,9 +147,7 @@ def residual_unit(unit: Any, act: torch.Tensor, skip: torch.Tensor, alpha_next: 
     launch = launch or UNIT_LAUNCH[block_channels(channels)]
     assert act.stride(1) == 1 and skip.stride(1) == 1, "act and skip must be channels-last ([B, T, C] memory)"
     assert act.dtype == skip.dtype == torch.float32
-    crop = (skip.shape[-1] - length) // 2
-    if crop > 0:
-        skip = skip[..., crop:-crop]
+    skip = center_crop(skip, length)
     assert skip.shape == act.shape, f"skip {tuple(skip.shape)} does not match act {tuple(act.shape)}"
     w1, w2 = unit_weights(unit)
     c1 = unit.conv1
@@ -168,8 +172,5 @@ def residual_unit_ref(unit: Any, act: torch.Tensor, skip: torch.Tensor,
     h = F.conv1d(act, unit.conv1.weight, None, 1, unit.conv1.padding, unit.conv1.dilation) + unit.conv1.bias[:, None]
     g = snake_ref(h, unit.snake2.alpha)
     out = F.conv1d(g, unit.conv2.weight) + unit.conv2.bias[:, None]
-    crop = (skip.shape[-1] - out.shape[-1]) // 2
-    if crop > 0:
-        skip = skip[..., crop:-crop]
-    raw = skip + out
+    raw = center_crop(skip, out.shape[-1]) + out
     return raw, snake_ref(raw, alpha_next)

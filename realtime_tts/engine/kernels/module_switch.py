@@ -1,12 +1,14 @@
 """In-place class switches of loaded torch modules: a module becomes an instance of a subclass of its own class
-that overrides forward only (so its parameters, state-dict keys and isinstance checks stay), or goes back.
-The codec's fused Snake and fused decoder switches use it. Torch only.
+that overrides forward only (so its parameters, state-dict keys and isinstance checks stay), or goes back; and
+the tensors a switched forward derives from a module's weights (another layout, padded tiles), cached on the
+module as plain attributes (not parameters or buffers: the state dict does not change). The codec's fused Snake
+and fused decoder switches use them. Torch only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -42,3 +44,24 @@ class ForwardSwitch:
                 module.__class__ = target
                 changed += 1
         return changed
+
+
+T = TypeVar("T")
+
+
+def derived(module: torch.nn.Module, attr: str, sources: tuple[torch.Tensor, ...], make: Callable[[], T]) -> T:
+    """make()'s value (run under no_grad), cached as module.<attr> and made again when any of `sources` (the
+    module's weights it is derived from) has been changed in place, replaced or moved since."""
+    key = tuple((w.data_ptr(), w._version, w.device, w.dtype) for w in sources)
+    cached = module.__dict__.get(attr)
+    if cached is None or cached[0] != key:
+        with torch.no_grad():
+            cached = (key, make())
+        module.__dict__[attr] = cached
+    value: T = cached[1]
+    return value
+
+
+def drop_derived(module: torch.nn.Module, attr: str) -> None:
+    """Forget a value derived() cached on the module (when its forward is switched back)."""
+    module.__dict__.pop(attr, None)

@@ -12,7 +12,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from tiny_codec import assert_close_audio, check_graph_replays, decode_logged, tiny_codec
+from tiny_codec import assert_close_audio, check_graph_replays, decode_logged, tiny_codec, to_channels_last
 
 from realtime_tts.engine import kernels
 from realtime_tts.engine.kernels.dac_decoder import (
@@ -35,11 +35,6 @@ def _inputs(shape: tuple[int, int, int], seed: int) -> tuple[torch.Tensor, torch
     return x.to(DEVICE), bias.to(DEVICE), alpha.to(DEVICE), skip.to(DEVICE)
 
 
-def _channels_last(t: torch.Tensor) -> torch.Tensor:
-    """t [B, C, T] with the same values in [B, T, C] memory (channel stride 1)."""
-    return t.transpose(1, 2).contiguous().transpose(1, 2)
-
-
 # [B, C, T] memory: rows of samples; [B, T, C] (channels_last): tiles over (batch·T rows, C columns), where 300
 # channels at tile 64 cross channel-tile edges
 EPILOGUE_SHAPES = ([(False, s) for s in [(3, 5, 37), (2, 7, 1), (1, 3, 1500), (2, 1, 2049)]]
@@ -60,9 +55,9 @@ def test_epilogue_matches_the_stock_ops(channels_last: bool, shape: tuple[int, i
                                         with_bias: bool, with_skip: bool, keep_raw: bool, inplace: bool) -> None:
     x, bias, alpha, skip = _inputs(shape, sum(shape) + tile + channels_last)
     b = bias if with_bias else None
-    s = (_channels_last(skip) if channels_last else skip) if with_skip else None
+    s = (to_channels_last(skip) if channels_last else skip) if with_skip else None
     ref_raw, ref_y = conv_epilogue_ref(x, b, alpha, skip if with_skip else None)
-    x_arg = _channels_last(x) if channels_last else x.clone()
+    x_arg = to_channels_last(x) if channels_last else x.clone()
     strides = x_arg.stride()
     raw, y = conv_epilogue(x_arg, b, alpha, skip=s, keep_raw=keep_raw, inplace=inplace, tile=tile,
                            channels_last=channels_last)
@@ -102,11 +97,11 @@ def test_channels_last_epilogue_reads_a_skip_cropped_along_t_in_place() -> None:
     # uncropped length), channels still unit-stride; the kernel reads that view as it is
     x, bias, alpha, _ = _inputs((2, 48, 70), 12)
     g = torch.Generator().manual_seed(13)
-    wide = _channels_last(torch.randn(2, 48, 90, generator=g).to(DEVICE))  # [2, 48, 90] in [2, 90, 48] memory
+    wide = to_channels_last(torch.randn(2, 48, 90, generator=g).to(DEVICE))  # [2, 48, 90] in [2, 90, 48] memory
     skip = wide[..., 10:-10]  # [2, 48, 70]
     assert skip.stride() == (90 * 48, 1, 48) and skip.storage_offset() == 10 * 48
     assert unit_stride(skip, 1) is skip  # no copy on the way in
-    raw, y = conv_epilogue(_channels_last(x), bias, alpha, skip=skip, keep_raw=True, inplace=True, tile=512,
+    raw, y = conv_epilogue(to_channels_last(x), bias, alpha, skip=skip, keep_raw=True, inplace=True, tile=512,
                            channels_last=True)
     ref_raw, _ = conv_epilogue_ref(x, bias, alpha, skip.contiguous())
     assert raw is not None

@@ -5,15 +5,11 @@ from __future__ import annotations
 import pytest
 import sm90  # tests/engine/sm90.py
 import torch
+from tiny_codec import to_channels_last
 
 from realtime_tts.engine.kernels.dac_output import tap_weights, wave_head, wave_head_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _channels_last(x: torch.Tensor) -> torch.Tensor:
-    """x [B, C, T] with the same values in [B, T, C] memory."""
-    return x.transpose(1, 2).contiguous().transpose(1, 2)
 
 
 @pytest.mark.parametrize("tanh", [True, False])
@@ -28,7 +24,7 @@ def test_wave_head_matches_conv_then_tanh(channels: int, ksize: int, padding: in
     weight = torch.randn(1, channels, ksize, generator=g) * 0.2  # pre-activations of order 1: tanh not saturated
     bias = torch.randn(1, generator=g) * 0.1
     ref = wave_head_ref(act, weight, bias, padding, tanh=tanh)
-    out = wave_head(_channels_last(act).to(DEVICE), tap_weights(weight).to(DEVICE), bias.to(DEVICE), padding,
+    out = wave_head(to_channels_last(act).to(DEVICE), tap_weights(weight).to(DEVICE), bias.to(DEVICE), padding,
                     tanh=tanh, block_t=block_t)
     assert out.shape == ref.shape and out.is_contiguous()
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
@@ -39,7 +35,7 @@ def test_wave_head_reads_a_time_cropped_view() -> None:
     g = torch.Generator().manual_seed(3)
     full = torch.randn(2, 16, 90, generator=g)
     weight, bias = torch.randn(1, 16, 7, generator=g) * 0.2, torch.zeros(1)
-    view = _channels_last(full).to(DEVICE)[:, :, 10:-10]  # [2, 16, 70], channel stride 1, not contiguous
+    view = to_channels_last(full).to(DEVICE)[:, :, 10:-10]  # [2, 16, 70], channel stride 1, not contiguous
     assert view.stride(1) == 1 and not view.is_contiguous()
     out = wave_head(view, tap_weights(weight).to(DEVICE), bias.to(DEVICE), 3, block_t=32)
     torch.testing.assert_close(out.cpu(), wave_head_ref(full[:, :, 10:-10], weight, bias, 3), rtol=1e-5, atol=1e-5)

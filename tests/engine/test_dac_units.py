@@ -13,7 +13,7 @@ import torch
 triton = pytest.importorskip("triton")
 
 import sm90  # tests/engine/sm90.py
-from tiny_codec import assert_close_audio, decode_logged, tiny_codec
+from tiny_codec import assert_close_audio, decode_logged, tiny_codec, to_channels_last
 
 from realtime_tts.engine.kernels import dac_units
 from realtime_tts.engine.kernels.dac_decoder import fused_codec_state, fused_units_state, use_fused_codec
@@ -35,11 +35,6 @@ def _unit(channels: int, dilation: int, seed: int) -> Any:
     return unit.to(DEVICE)
 
 
-def _channels_last(t: torch.Tensor) -> torch.Tensor:
-    """t [B, C, T] with the same values in [B, T, C] memory."""
-    return t.transpose(1, 2).contiguous().transpose(1, 2)
-
-
 @pytest.mark.parametrize(("channels", "dilation", "length", "t_block"), [
     (32, 1, 150, 64), (64, 3, 97, 128), (16, 9, 200, 64), (5, 3, 70, 64), (48, 9, 20, 64),
 ])
@@ -50,8 +45,8 @@ def test_unit_kernel_matches_torch_with_a_cropped_skip(channels: int, dilation: 
     # (padded), and the skip a centre crop of a longer channels-last tensor, read in place
     unit = _unit(channels, dilation, channels + dilation)
     g = torch.Generator().manual_seed(length)
-    act = _channels_last(torch.randn(2, channels, length, generator=g)).to(DEVICE)  # [B, C, T], [B, T, C] memory
-    wide = _channels_last(torch.randn(2, channels, length + 8, generator=g)).to(DEVICE)
+    act = to_channels_last(torch.randn(2, channels, length, generator=g)).to(DEVICE)  # [B, C, T], [B, T, C] memory
+    wide = to_channels_last(torch.randn(2, channels, length + 8, generator=g)).to(DEVICE)
     alpha_next = (0.2 + torch.rand(1, channels, 1, generator=g)).to(DEVICE)
     with torch.no_grad():
         raw, y = residual_unit(unit, act, wide, alpha_next, keep_raw=keep_raw, launch=UnitLaunch(t_block=t_block))
@@ -71,8 +66,8 @@ def test_unit_kernel_is_per_batch_and_sees_each_tap() -> None:
     # one input sample changed: only the outputs within the dilated conv's reach of it move, in that batch item
     unit = _unit(32, 3, 1)
     g = torch.Generator().manual_seed(2)
-    act = _channels_last(torch.randn(2, 32, 130, generator=g)).to(DEVICE)
-    skip = _channels_last(torch.randn(2, 32, 130, generator=g)).to(DEVICE)
+    act = to_channels_last(torch.randn(2, 32, 130, generator=g)).to(DEVICE)
+    skip = to_channels_last(torch.randn(2, 32, 130, generator=g)).to(DEVICE)
     alpha = torch.ones(1, 32, 1, device=DEVICE)
     with torch.no_grad():
         _, y0 = residual_unit(unit, act, skip, alpha, launch=UnitLaunch(t_block=64))

@@ -79,3 +79,9 @@ def decode_logged(codec: Any, switch: Callable[[torch.nn.Module], object]
     with torch.inference_mode(), _OpLog() as log:
         wave = decoder(x)
     return stock, wave, log.ops
+
+
+def to_channels_last(t: torch.Tensor) -> torch.Tensor:
+    """t [B, C, T] with the same values in [B, T, C] memory (channel stride 1), as the channels-last decoder
+    holds its activations."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)

@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from realtime_tts.config import OmniVoiceConfig  # noqa: E402 - after the path insert
-from realtime_tts.engine.runner import CODEC_CHANNELS_LAST, CODEC_UNITS  # noqa: E402 - after the path insert
+from realtime_tts.gpu_worker.runner import CODEC_CHANNELS_LAST, CODEC_UNITS  # noqa: E402 - after the path insert
 
 CARD_TFLOPS = 775.0  # bf16 dense, measured on this card (../shared/docs/BASELINE.md)
 INSTRUCT = "female, young adult, moderate pitch"
@@ -105,8 +105,8 @@ def bench_cfg_argmax(out_dir: Path) -> None:
     differing token a tie to 1e-5 in float64; equal_strict: no token differs at all."""
     from triton.testing import do_bench
 
-    from realtime_tts.engine import kernels
-    from realtime_tts.engine.kernels.scoring import cfg_log_probs_ref
+    from realtime_tts.gpu_worker import kernels
+    from realtime_tts.gpu_worker.kernels.scoring import cfg_log_probs_ref
 
     shape, mask_id = (128, 8 * 192, 1025), 1024
     for dtype in (torch.bfloat16, torch.float32):
@@ -164,7 +164,7 @@ def bench_kernels(out_dir: Path) -> None:
     """Our varlen attention vs torch's flash varlen and SDPA with a block-diagonal mask, at bulk shapes."""
     from triton.testing import do_bench
 
-    from realtime_tts.engine import kernels
+    from realtime_tts.gpu_worker import kernels
     from realtime_tts.model.attention import sdpa_block_diagonal
 
     bench_cfg_argmax(out_dir)
@@ -244,7 +244,7 @@ def bench_attention_variants(rec: dict[str, Any], q: torch.Tensor, k: torch.Tens
     on the same raw inputs (bf16 on the GPU: the interpreter tests cannot run bf16 dots)."""
     from triton.testing import do_bench
 
-    from realtime_tts.engine import kernels
+    from realtime_tts.gpu_worker import kernels
 
     n, d = q.shape[0], q.shape[2]
     w = torch.ones(d, device=q.device, dtype=q.dtype)
@@ -303,7 +303,7 @@ def pipelined(runner: Any, model: Any, mode: str, num: int, args: argparse.Names
     """Steady-state serving of num_batches batches: the host prepares batch i+1 and copies it into device
     slots while the GPU replays and decodes batch i (the runner never waits for the device). With
     args.codec_stream the codec decodes batch i on its own stream while batch i+1's steps run, as the worker's
-    decode thread does (engine/worker.py); else on the steps' stream, between the batches. → wall seconds,
+    decode thread does (gpu_worker/loop.py); else on the steps' stream, between the batches. → wall seconds,
     including the final copy of every waveform to pinned host memory."""
     frames = round(args.dur * 25)
     # Pinned outputs allocated ahead: cudaHostAlloc inside the timed loop could synchronise the device.
@@ -353,8 +353,8 @@ def pick_attention(out_dir: Path) -> tuple[str, str, int]:
 
 
 def bench_ours(args: argparse.Namespace, ckpt: Path, out_dir: Path) -> None:
-    from realtime_tts.engine.kernels import use_fused_codec, use_fused_snake
-    from realtime_tts.engine.runner import StepRunner
+    from realtime_tts.gpu_worker.kernels import use_fused_codec, use_fused_snake
+    from realtime_tts.gpu_worker.runner import StepRunner
     from realtime_tts.model import OmniVoiceModel, decoding
 
     t0 = time.perf_counter()
@@ -463,8 +463,12 @@ def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 
     cudnn.benchmark (cuDNN's timed choice for the wider channels-last convs): ms each (median of 3, synced), max
     abs difference of the waveforms to the stock ones. Leaves the codec as --fused-snake set it, and its decoder
     as it found it."""
-    from realtime_tts.engine.kernels import use_fused_snake
-    from realtime_tts.engine.kernels.dac_decoder import fused_codec_state, fused_units_state, use_fused_codec
+    from realtime_tts.gpu_worker.kernels import use_fused_snake
+    from realtime_tts.gpu_worker.kernels.dac_decoder import (
+        fused_codec_state,
+        fused_units_state,
+        use_fused_codec,
+    )
 
     g = torch.Generator().manual_seed(5)
     grids = torch.randint(0, 1024, (num, 8, round(args.dur * 25)), generator=g).to(model.codec.device)  # [B, 8, T]
@@ -509,7 +513,7 @@ def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 
 def check_fused(model: Any, runner: Any, out_dir: Path, args: argparse.Namespace) -> None:
     """At full size in bf16: the fused backbone (each attention mode) against the model's eager backbone, and
     one runner step against the model's step (token agreement over the positions either reveals)."""
-    from realtime_tts.engine.runner import FusedBackbone
+    from realtime_tts.gpu_worker.runner import FusedBackbone
     from realtime_tts.model import decoding
 
     items = our_items(model, "design", 4, args.dur, args.steps)

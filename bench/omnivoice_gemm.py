@@ -1,5 +1,5 @@
 """The backbone's four projections at bulk and serving token counts: cuBLAS (torch.matmul, as FusedBackbone
-runs them) beside our Triton TMA matmuls (realtime_tts/engine/kernels/gemm.py) over a sweep of tile configs,
+runs them) beside our Triton TMA matmuls (realtime_tts/gpu_worker/kernels/gemm.py) over a sweep of tile configs,
 and the MLP's gate/up GEMM + SwiGLU (cuBLAS then silu_mul) beside the fused swiglu_gemm. CUDA only.
 
     python bench/omnivoice_gemm.py [--tokens 42368,43008,62720,6144,1024] [--out-dir bench/results]
@@ -40,8 +40,8 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def bench_projection(name: str, m: int, rows: list[dict[str, Any]]) -> None:
-    from realtime_tts.engine.kernels import silu_mul
-    from realtime_tts.engine.kernels.gemm import GemmConfig, gemm, interleave_gate_up, swiglu_gemm
+    from realtime_tts.gpu_worker.kernels import silu_mul
+    from realtime_tts.gpu_worker.kernels.gemm import GemmConfig, gemm, interleave_gate_up, swiglu_gemm
 
     n, k = PROJECTIONS[name]
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -26,6 +26,8 @@ import torch
 from realtime_tts.model import ClonePrompt, DecodeParams, ItemState, OmniVoiceModel, pack, step_packed
 from realtime_tts.model.checkpoint import build_random_checkpoint
 from realtime_tts.model.decoding import PackedBatch
+from realtime_tts.model.decoding import run as ov_run
+from realtime_tts.model.sequence import prepare as ov_prepare
 
 TEXT_6S = ("The morning light spreads across the quiet valley, and people walk slowly toward the market, "
            "carrying bread.")
@@ -39,11 +41,11 @@ def sync() -> None:
 def make_items(model: OmniVoiceModel, prompt: ClonePrompt, num_step: int) -> list:
     p = DecodeParams(num_step=num_step)
     return [
-        model.prepare(TEXT_6S, language="en", instruct="female, young adult, moderate pitch", duration_s=6.0,
+        ov_prepare(model, TEXT_6S, language="en", instruct="female, young adult, moderate pitch", duration_s=6.0,
                       params=p, seed=1234),
-        model.prepare(TEXT_6S, language="en", duration_s=6.0, params=p, seed=99),
-        model.prepare(TEXT_6S, language="en", prompt=prompt, duration_s=6.0, params=p, seed=7),
-        model.prepare("A shorter one, three seconds.", language="en", duration_s=3.0, params=p, seed=5),
+        ov_prepare(model, TEXT_6S, language="en", duration_s=6.0, params=p, seed=99),
+        ov_prepare(model, TEXT_6S, language="en", prompt=prompt, duration_s=6.0, params=p, seed=7),
+        ov_prepare(model, "A shorter one, three seconds.", language="en", duration_s=3.0, params=p, seed=5),
     ]
 
 
@@ -124,15 +126,15 @@ def reference_comparison(ckpt: str, m32: OmniVoiceModel, m16: OmniVoiceModel, pr
 
     def our_codes(model: OmniVoiceModel, seed: int) -> list:
         p = DecodeParams(num_step=num_step)
-        a = [model.prepare(TEXT_6S, language="en", instruct="female, young adult, moderate pitch",
+        a = [ov_prepare(model, TEXT_6S, language="en", instruct="female, young adult, moderate pitch",
                            duration_s=6.0, params=p),
-             model.prepare(TEXT_6S, language="en", duration_s=6.0, params=p),
-             model.prepare(texts[2], language="en", duration_s=3.0, params=p)]
-        b = [model.prepare(TEXT_6S, language="en", prompt=prompt, duration_s=6.0, params=p)]
+             ov_prepare(model, TEXT_6S, language="en", duration_s=6.0, params=p),
+             ov_prepare(model, texts[2], language="en", duration_s=3.0, params=p)]
+        b = [ov_prepare(model, TEXT_6S, language="en", prompt=prompt, duration_s=6.0, params=p)]
         torch.manual_seed(seed)
-        out = model.generate(a, noise="reference")
+        out = ov_run(model, a, noise="reference")
         torch.manual_seed(seed + 1)
-        return out + model.generate(b, noise="reference")
+        return out + ov_run(model, b, noise="reference")
 
     def agree(x: list, y: list) -> float:
         return sum(int((a == b).sum()) for a, b in zip(x, y)) / sum(a.numel() for a in x)
@@ -158,9 +160,9 @@ def time_one(model: OmniVoiceModel, num_step: int, reps: int) -> dict:
     for _ in range(reps + 1):  # first run warms kernels and allocator
         sync()
         t0 = time.perf_counter()
-        item = model.prepare(TEXT_6S, language="en", instruct="female, young adult, moderate pitch",
+        item = ov_prepare(model, TEXT_6S, language="en", instruct="female, young adult, moderate pitch",
                              duration_s=6.0, params=DecodeParams(num_step=num_step), seed=1)
-        codes = model.generate([item])
+        codes = ov_run(model, [item])
         sync()
         t1 = time.perf_counter()
         wave = model.decode(codes)[0]
@@ -206,14 +208,14 @@ def main() -> None:
 
     items32 = make_items(m32, prompt, args.num_step)
     items16 = make_items(m16, prompt, args.num_step)
-    c32 = m32.generate(items32)
-    c16 = m16.generate(items16)
+    c32 = ov_run(m32, items32)
+    c16 = ov_run(m16, items16)
     eq = sum(int((a == b).sum()) for a, b in zip(c32, c16))
     n = sum(a.numel() for a in c32)
     res["free_running"] = {"agreement": eq / n, "positions": n,
                            "per_item": [round(float((a == b).float().mean()), 4) for a, b in zip(c32, c16)]}
     res["teacher_forced"] = teacher_forced(m32, m16, items32)
-    rerun = m16.generate(items16)
+    rerun = ov_run(m16, items16)
     res["bf16_deterministic"] = all(torch.equal(a, b) for a, b in zip(c16, rerun))
     print(f"AGREEMENT free-running {res['free_running']['agreement']:.4f} "
           f"teacher-forced {res['teacher_forced']['agreement']:.4f}", flush=True)

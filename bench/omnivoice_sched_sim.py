@@ -1,9 +1,9 @@
 """CPU simulation of one OmniVoice worker under the serving bench's arrival patterns: the real Scheduler
-(engine/scheduler.py) on a simulated clock, steps and codec decodes timed from the H200 (runs 8-10).
+(gpu_worker/scheduler.py) on a simulated clock, steps and codec decodes timed from the H200 (runs 8-10).
 
 No GPU, no model: it answers "what do the scheduling policy, its knobs and the codec cost do to first audio,
 underruns and load latency", one change at a time. Runs on the CPU (torch is imported only as
-engine/runner.py's module, for its TOKEN_BUCKETS).
+gpu_worker/runner.py's module, for its TOKEN_BUCKETS).
 
 Model (calibrated against bench/results/omnivoice_serve_h200_run10.md):
 - a step costs the measured time of its CUDA-graph token bucket (runner.TOKEN_BUCKETS; STEP_MS, H200 run 8
@@ -44,8 +44,8 @@ from omnivoice_serve import (  # the serving bench's texts (this script's folder
 )
 
 from realtime_tts.config import load_config
-from realtime_tts.engine.runner import TOKEN_BUCKETS
-from realtime_tts.engine.scheduler import Scheduler, StepTimeModel
+from realtime_tts.gpu_worker.runner import TOKEN_BUCKETS
+from realtime_tts.gpu_worker.scheduler import Scheduler, StepTimeModel
 from realtime_tts.omnivoice_text import estimate_frames
 from realtime_tts.service import FIRST_AUDIO_S, LOOKAHEAD, estimate_audio_s, playback_deadline
 from realtime_tts.text import SentenceBuffer

@@ -13,7 +13,7 @@ from live_server import Server, start_server, stop_server
 
 if not torch.cuda.is_available():
     # Without a GPU the Triton kernels run in Triton's interpreter. triton.jit reads this when a kernel is
-    # decorated, i.e. when realtime_tts.engine.kernels is first imported, by whichever test module comes first:
+    # decorated, i.e. when realtime_tts.gpu_worker.kernels is first imported, by whichever test module comes first:
     # so it is set here, before pytest imports any test module.
     os.environ["TRITON_INTERPRET"] = "1"
 

@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from realtime_tts import errors, omnivoice_text
 from realtime_tts.config import Config
-from realtime_tts.engine import ipc, worker
+from realtime_tts.engine import ipc
 from realtime_tts.engine.base import (
     AudioChunk,
     Capabilities,
@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     from realtime_tts.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+
+def _worker_main(*args: Any) -> None:
+    """Spawn target of a worker process: the worker package (torch) is imported there, never in the web process."""
+    from realtime_tts.gpu_worker.loop import main
+
+    main(*args)
 
 SAMPLE_RATE_HZ = 24_000
 ENGINE_NAME = "omnivoice"
@@ -271,7 +278,7 @@ class OmniVoiceEngine:
                                     num_threads=cpu_worker_threads(len(self._workers)) if w.device == "cpu" else 0)
         to_child_r, to_child_w = self._context.Pipe(duplex=False)
         from_child_r, from_child_w = self._context.Pipe(duplex=False)
-        process = self._context.Process(target=worker.main, args=(options, to_child_r, from_child_w),
+        process = self._context.Process(target=_worker_main, args=(options, to_child_r, from_child_w),
                                         name=f"omnivoice-worker-{w.worker_id}", daemon=True)
         ready: asyncio.Future[None] = loop.create_future()
         w.ready = ready

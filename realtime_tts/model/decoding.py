@@ -26,7 +26,7 @@ class ItemState:
     item: PreparedItem
     tokens: torch.Tensor  # [8, T] long, MASK where not yet revealed
     step: int = 0
-    # A runner that keeps items on the device (engine/runner.py) holds the live grid in its slot `slot` and
+    # A runner that keeps items on the device (gpu_worker/runner.py) holds the live grid in its slot `slot` and
     # writes it back to tokens when the item finishes; `ready` is then the device event after which tokens
     # is complete (None: already complete).
     slot: int | None = None

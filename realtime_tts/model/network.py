@@ -112,19 +112,8 @@ class OmniVoiceModel(nn.Module):
         return logits.view(*hidden.shape[:-1], self.num_codebooks, self.audio_vocab)
 
 
-    # Convenience entry points (the pieces live in sequence.py, decoding.py and codec.py).
-
-    def prepare(self, text: str, **kwargs: Any) -> Any:
-        """→ sequence.PreparedItem; keyword arguments as sequence.prepare."""
-        from realtime_tts.model.sequence import prepare
-
-        return prepare(self, text, **kwargs)
-
-    def generate(self, items: list[Any], noise: str = "item") -> list[torch.Tensor]:
-        """Prepared items → code grids [8, T_i] (CPU), decoded together in one packed batch."""
-        from realtime_tts.model.decoding import run
-
-        return run(self, items, noise)  # type: ignore[arg-type]
+    # Convenience entry points over the codec. Preparing and generating are sequence.prepare(model, ...) and
+    # decoding.run(model, items): they import this module, never the other way round.
 
     def decode(self, codes: list[torch.Tensor]) -> list[Any]:
         """Code grids → float32 numpy waveforms at 24 kHz (960 samples per frame)."""

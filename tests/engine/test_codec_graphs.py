@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def test_graphed_decode_equals_the_codec(tiny_checkpoint: Path) -> None:
-    from realtime_tts.engine.codec_graphs import CodecGraphs
+    from realtime_tts.gpu_worker.codec_graphs import CodecGraphs
     from realtime_tts.model import OmniVoiceModel
 
     model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype=torch.float32, device="cuda")

@@ -14,14 +14,14 @@ triton = pytest.importorskip("triton")
 
 from tiny_codec import assert_close_audio, check_graph_replays, decode_logged, tiny_codec, to_channels_last
 
-from realtime_tts.engine import kernels
-from realtime_tts.engine.kernels.dac_decoder import (
+from realtime_tts.gpu_worker import kernels
+from realtime_tts.gpu_worker.kernels.dac_decoder import (
     conv_epilogue,
     conv_epilogue_ref,
     fused_codec_state,
     use_fused_codec,
 )
-from realtime_tts.engine.kernels.snake import unit_stride
+from realtime_tts.gpu_worker.kernels.snake import unit_stride
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -7,7 +7,7 @@ import sm90  # tests/engine/sm90.py
 import torch
 from tiny_codec import to_channels_last
 
-from realtime_tts.engine.kernels.dac_output import tap_weights, wave_head, wave_head_ref
+from realtime_tts.gpu_worker.kernels.dac_output import tap_weights, wave_head, wave_head_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -54,7 +54,7 @@ def test_wave_head_builds_for_hopper_without_a_gpu() -> None:
     consts = {"NUM_CHANNELS": 32, "KSIZE": 7, "PAD": 3, "BLOCK_T": 128, "BLOCK_C": 32, "TANH": True,
               "PRECISE_TANH": True}
     sig |= {n: "constexpr" for n in consts}
-    (u,) = sm90.build([{"kernel": "realtime_tts.engine.kernels.dac_output:_wave_head_kernel", "signature": sig,
+    (u,) = sm90.build([{"kernel": "realtime_tts.gpu_worker.kernels.dac_output:_wave_head_kernel", "signature": sig,
                         "constexprs": consts, "options": {"num_warps": 4}}])
     assert u["spill"] == 0, f"spills {u['spill']} bytes ({u['regs']} registers)"
     assert "tanh.approx" not in u["ptx"], "libdevice tanh, not the approximate instruction"

@@ -15,9 +15,9 @@ triton = pytest.importorskip("triton")
 import sm90  # tests/engine/sm90.py
 from tiny_codec import assert_close_audio, decode_logged, tiny_codec, to_channels_last
 
-from realtime_tts.engine.kernels import dac_units
-from realtime_tts.engine.kernels.dac_decoder import fused_codec_state, fused_units_state, use_fused_codec
-from realtime_tts.engine.kernels.dac_units import UnitLaunch, residual_unit, residual_unit_ref
+from realtime_tts.gpu_worker.kernels import dac_units
+from realtime_tts.gpu_worker.kernels.dac_decoder import fused_codec_state, fused_units_state, use_fused_codec
+from realtime_tts.gpu_worker.kernels.dac_units import UnitLaunch, residual_unit, residual_unit_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -150,7 +150,7 @@ def _unit_build(channels: int, t_block: int, num_warps: int, keep_raw: bool) -> 
     consts = {"C": channels, "BLOCK_C": channels, "KSIZE": 7, "WRITE_RAW": keep_raw, "T_BLOCK": t_block,
               "PRECISE_SIN": True}
     sig |= {n: "constexpr" for n in consts}
-    return {"kernel": "realtime_tts.engine.kernels.dac_units:_res_unit_kernel", "signature": sig,
+    return {"kernel": "realtime_tts.gpu_worker.kernels.dac_units:_res_unit_kernel", "signature": sig,
             "constexprs": consts, "divisible": list(names),
             "options": {"num_warps": num_warps, "num_stages": 1, "enable_fp_fusion": False}}
 

@@ -49,7 +49,7 @@ def test_direction_is_enforced() -> None:
 
 def test_web_side_engine_modules_do_not_import_torch() -> None:
     code = ("import sys; import realtime_tts.engine.client, realtime_tts.engine.ipc, "
-            "realtime_tts.engine.scheduler, realtime_tts.engine.worker; "
+            "realtime_tts.gpu_worker.scheduler, realtime_tts.gpu_worker.loop; "
             "bad = [m for m in ('torch', 'realtime_tts.model', 'transformers') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)

@@ -12,7 +12,7 @@ triton = pytest.importorskip("triton")
 
 import sm90  # tests/engine/sm90.py
 
-from realtime_tts.engine import kernels
+from realtime_tts.gpu_worker import kernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -347,13 +347,13 @@ def test_norm_rope_attention_at_omnivoice_size_on_gpu(mode: str, block: tuple[in
 # Compiles bulk attention configs for sm_90 (the H200) with the Triton wheel's own ptxas, no GPU needed, the
 # pointer and stride arguments marked 16-divisible as the JIT specialises them at the real shapes.
 def _attention_build(heads: int, bm: int, bn: int, warps: int, stages: int) -> dict[str, Any]:
-    fn = importlib.import_module("realtime_tts.engine.kernels.attention")._varlen_gqa_fwd_kernel
+    fn = importlib.import_module("realtime_tts.gpu_worker.kernels.attention")._varlen_gqa_fwd_kernel
     ptr = {"cu_ptr": "*i32", "tiles_ptr": "*i32", "pos_ptr": "*i64", "cos_ptr": "*fp32", "sin_ptr": "*fp32"}
     sig = {n: ("constexpr" if n.isupper() else ptr.get(n, "*bf16") if n.endswith("_ptr")
                else "i32" if n.startswith("stride") else "fp32") for n in fn.arg_names}
     consts = {"STATIC_N_END": 0, "GROUP": 2, "HEADS": heads, "HEAD_DIM": 128, "BLOCK_M": bm, "BLOCK_N": bn,
               "NORM_Q": True, "Q_JOIN": True}
-    return {"kernel": "realtime_tts.engine.kernels.attention:_varlen_gqa_fwd_kernel", "signature": sig,
+    return {"kernel": "realtime_tts.gpu_worker.kernels.attention:_varlen_gqa_fwd_kernel", "signature": sig,
             "constexprs": consts, "options": {"num_warps": warps, "num_stages": stages},
             "divisible": [n for n in fn.arg_names if n.endswith("_ptr") or n.startswith("stride")]}
 
@@ -434,12 +434,12 @@ def _gemm_build(config: kernels.GemmConfig, swiglu: bool, n: int, k: int) -> dic
     w_rows = 2 * config.block_n if swiglu else config.block_n
     descs = {"x_desc": (config.block_m, config.block_k), "w_desc": (w_rows, config.block_k),
              "out_desc": (config.block_m, config.block_n)}
-    fn = importlib.import_module("realtime_tts.engine.kernels.gemm")._gemm_kernel
+    fn = importlib.import_module("realtime_tts.gpu_worker.kernels.gemm")._gemm_kernel
     sig = {name: f"tensordesc<bf16[{rows}, {cols}]>" for name, (rows, cols) in descs.items()} | {"M": "i32"}
     sig |= {name: "constexpr" for name in fn.arg_names if name not in sig}
     consts = {"N": n, "K": k, "NUM_PROGRAMS": 132, "STATIC_TILES": 0, "BLOCK_M": config.block_m,
               "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_M": config.group_m, "SWIGLU": swiglu}
-    return {"kernel": "realtime_tts.engine.kernels.gemm:_gemm_kernel", "signature": sig, "constexprs": consts,
+    return {"kernel": "realtime_tts.gpu_worker.kernels.gemm:_gemm_kernel", "signature": sig, "constexprs": consts,
             "options": {"num_warps": config.num_warps, "num_stages": config.num_stages}}
 
 

@@ -18,8 +18,8 @@ triton = pytest.importorskip("triton")
 
 from oracle import load_reference
 
-from realtime_tts.engine import kernels
-from realtime_tts.engine.runner import StepRunner
+from realtime_tts.gpu_worker import kernels
+from realtime_tts.gpu_worker.runner import StepRunner
 from realtime_tts.model import DecodeParams, OmniVoiceModel, PreparedItem, decoding, prepare
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from realtime_tts.engine.runner import FusedBackbone, StepRunner
+from realtime_tts.gpu_worker.runner import FusedBackbone, StepRunner
 from realtime_tts.model import DecodeParams, OmniVoiceModel, decoding, prepare
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
@@ -124,7 +124,7 @@ def test_fused_backbone_matches_model_backbone(tiny_checkpoint: Path, model_fp32
 @needs_triton  # the reference half lives beside its kernel
 def test_unmask_matches_model_scoring(model_fp32: OmniVoiceModel) -> None:
     """argmax/confidence (kernel half, here its torch reference) + unmask == decoding.score, token for token."""
-    from realtime_tts.engine.kernels import cfg_argmax_ref
+    from realtime_tts.gpu_worker.kernels import cfg_argmax_ref
     from realtime_tts.model.decoding import unmask
 
     states = [decoding.ItemState.start(it) for it in _items(model_fp32)]
@@ -291,7 +291,7 @@ def test_graphs_follow_joins_and_cancels_on_gpu(tiny_checkpoint: Path) -> None:
 def test_a_reused_slot_gets_a_fresh_layout(model_fp32: OmniVoiceModel) -> None:
     """A graph's cached layout follows the items, not the slot numbers: after a cancel, a longer item that
     takes the freed slot is laid out at its own length (a stale layout left its extra frames masked forever)."""
-    from realtime_tts.engine.runner import BucketKey, _Graph
+    from realtime_tts.gpu_worker.runner import BucketKey, _Graph
 
     runner = StepRunner(model_fp32, use_fused=False, use_graphs=False, max_slots=4)
     items = _items(model_fp32)
@@ -390,8 +390,8 @@ def test_a_failed_assign_keeps_its_slot_free(model_fp32: OmniVoiceModel) -> None
 def test_bulk_steps_pad_frames_to_a_finer_quantum(model_fp32: OmniVoiceModel) -> None:
     """A step above the serving ladder (bulk) pads its target grids to BULK_FRAME_QUANTUM frames, a serving step
     to slots.FRAME_QUANTUM; the bulk batch, stepped in its finer bucket, decodes each item as it decodes alone."""
-    from realtime_tts.engine.runner import BULK_FRAME_QUANTUM, SERVING_MAX_TOKENS
-    from realtime_tts.engine.slots import FRAME_QUANTUM
+    from realtime_tts.gpu_worker.runner import BULK_FRAME_QUANTUM, SERVING_MAX_TOKENS
+    from realtime_tts.gpu_worker.slots import FRAME_QUANTUM
 
     params = DecodeParams(num_step=2)
     items = [prepare(model_fp32, TEXTS[i % len(TEXTS)], language="en", duration_s=6.0, params=params, seed=i)

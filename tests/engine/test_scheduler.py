@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from realtime_tts.engine.base import PRIORITY_BULK, PRIORITY_FIRST, PRIORITY_STREAM
-from realtime_tts.engine.scheduler import Scheduler, StepPlan, StepTimeModel
+from realtime_tts.gpu_worker.scheduler import Scheduler, StepPlan, StepTimeModel
 
 
 class Clock:

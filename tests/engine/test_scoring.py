@@ -15,8 +15,8 @@ triton = pytest.importorskip("triton")
 
 import sm90  # tests/engine/sm90.py
 
-from realtime_tts.engine import kernels
-from realtime_tts.engine.kernels.scoring import cfg_log_probs_ref
+from realtime_tts.gpu_worker import kernels
+from realtime_tts.gpu_worker.kernels.scoring import cfg_log_probs_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -143,10 +143,10 @@ def test_cfg_argmax_property(vocab: int, items: int, per_item: int, rows: int, b
 # path (the ex2.ftz inline PTX, which the interpreter never runs) must build, and the default config must keep
 # its design: no register spills, no barrier (each row stays inside one warp), the .ftz exp only.
 def _rows_build(dtype: str, last: int, mask_is_last: bool, rows: int, warps: int) -> dict[str, Any]:
-    arg_names = importlib.import_module("realtime_tts.engine.kernels.scoring")._cfg_argmax_rows_kernel.arg_names
+    arg_names = importlib.import_module("realtime_tts.gpu_worker.kernels.scoring")._cfg_argmax_rows_kernel.arg_names
     ptr = {"c_ptr": dtype, "u_ptr": dtype, "g_ptr": "*fp32", "pred_ptr": "*i64", "conf_ptr": "*fp32"}
     main = triton.next_power_of_2(last)
-    return {"kernel": "realtime_tts.engine.kernels.scoring:_cfg_argmax_rows_kernel",
+    return {"kernel": "realtime_tts.gpu_worker.kernels.scoring:_cfg_argmax_rows_kernel",
             "signature": {n: "constexpr" if n.isupper() else ptr.get(n, "i32") for n in arg_names},
             "constexprs": {"LAST": last, "MAIN": main, "LANES": min(main, 32), "ROWS": rows,
                            "MASK_IS_LAST": mask_is_last, "FTZ": True},

@@ -15,8 +15,8 @@ triton = pytest.importorskip("triton")
 import sm90  # tests/engine/sm90.py
 from tiny_codec import check_graph_replays, tiny_codec
 
-from realtime_tts.engine import kernels
-from realtime_tts.engine.kernels.snake import LAUNCH_OPTIONS
+from realtime_tts.gpu_worker import kernels
+from realtime_tts.gpu_worker.kernels.snake import LAUNCH_OPTIONS
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -120,7 +120,7 @@ def test_kernel_builds_for_hopper_without_a_gpu() -> None:
                 (True, True, True, False, 4, 256), (True, False, False, True, 8, 128)]
     # the channels-last epilogue at each tile launch_snake picks for DAC's channel counts (96-1536)
     variants += [(True, True, True, True, 1024 // c, c) for c in (32, 64, 128)]
-    specs = [{"kernel": "realtime_tts.engine.kernels.snake:_snake_kernel", "signature": sig,
+    specs = [{"kernel": "realtime_tts.gpu_worker.kernels.snake:_snake_kernel", "signature": sig,
               "constexprs": dict(zip(names, (*v, True), strict=True)), "options": LAUNCH_OPTIONS}
              for v in variants]
     for v, u in zip(variants, sm90.build(specs), strict=True):

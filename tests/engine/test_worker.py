@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from realtime_tts.engine import ipc
-from realtime_tts.engine.worker import ModelBackend, WorkerLoop, device_is_broken
+from realtime_tts.gpu_worker.loop import ModelBackend, WorkerLoop, device_is_broken
 
 
 def _cuda() -> bool:
@@ -251,7 +251,7 @@ def test_deadline_policy_plans_with_measured_step_times(backend: ModelBackend) -
 
 def test_step_time_model_tolerates_timing_noise() -> None:
     """Measured on the H200: a bucket timed faster than the one below it must not stop the worker."""
-    from realtime_tts.engine.worker import step_time_model
+    from realtime_tts.gpu_worker.loop import step_time_model
 
     measured = [(1536, 0.00395), (1792, 0.00507), (2048, 0.00487), (2560, 0.0056)]
     model = step_time_model(measured)

@@ -32,7 +32,7 @@ def check_graph_replays(codec: Any, switch: Callable[[torch.nn.Module], object],
                         same: Callable[[np.ndarray, np.ndarray], None]) -> None:
     """CUDA: stock eager decodes of three grids (two lengths), then `switch(codec.model)` and the codec's per-length
     CUDA graphs (captured on the first round, replayed on the second): each round's audio `same` as stock."""
-    from realtime_tts.engine.codec_graphs import CodecGraphs
+    from realtime_tts.gpu_worker.codec_graphs import CodecGraphs
 
     g = torch.Generator().manual_seed(1)
     grids = [torch.randint(0, 1024, (8, t), generator=g).cuda() for t in (10, 17, 17)]

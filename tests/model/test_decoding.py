@@ -15,28 +15,30 @@ from realtime_tts.model import ClonePrompt, DecodeParams, ItemState, OmniVoiceMo
 from realtime_tts.model.attention import sdpa_block_diagonal, sdpa_per_row
 from realtime_tts.model.checkpoint import FULL_LLM_PARAMS, codec_config, llm_config, param_shapes
 from realtime_tts.model.decoding import hash_uniform, unpack
+from realtime_tts.model.decoding import run as ov_run
+from realtime_tts.model.sequence import prepare as ov_prepare
 from realtime_tts.model.sequence import reveal_schedule
 
 FAST = DecodeParams(num_step=6)
 
 
 def _alone(ours: OmniVoiceModel, text: str, seed: int, **kw: object) -> torch.Tensor:
-    return ours.generate([ours.prepare(text, params=FAST, seed=seed, **kw)])[0]  # type: ignore[arg-type]
+    return ov_run(ours, [ov_prepare(ours, text, params=FAST, seed=seed, **kw)])[0]  # type: ignore[arg-type]
 
 
 def test_item_noise_output_does_not_depend_on_batch_mates(ours: OmniVoiceModel) -> None:
     a = _alone(ours, "The item under test.", seed=42)
-    others = [ours.prepare(t, params=FAST, seed=s) for t, s in
+    others = [ov_prepare(ours, t, params=FAST, seed=s) for t, s in
               [("A much longer neighbour sentence that pads the batch.", 1), ("Hi.", 2)]]
-    batched = ours.generate([others[0], ours.prepare("The item under test.", params=FAST, seed=42), others[1]])
+    batched = ov_run(ours, [others[0], ov_prepare(ours, "The item under test.", params=FAST, seed=42), others[1]])
     assert torch.equal(batched[1], a)
     assert not torch.equal(_alone(ours, "The item under test.", seed=43), a)
 
 
 def test_items_at_different_step_indices_share_a_step(ours: OmniVoiceModel) -> None:
     """A joins, runs 2 steps alone, then B joins (continuous batching); both finish as if alone."""
-    item_a = ours.prepare("First arrival, already decoding.", params=FAST, seed=7)
-    item_b = ours.prepare("Late joiner.", params=DecodeParams(num_step=4), seed=8, instruct="female")
+    item_a = ov_prepare(ours, "First arrival, already decoding.", params=FAST, seed=7)
+    item_b = ov_prepare(ours, "Late joiner.", params=DecodeParams(num_step=4), seed=8, instruct="female")
     state_a, state_b = ItemState.start(item_a), ItemState.start(item_b)
     step(ours, [state_a])
     step(ours, [state_a])
@@ -47,12 +49,12 @@ def test_items_at_different_step_indices_share_a_step(ours: OmniVoiceModel) -> N
         step_packed(ours, batch)
         unpack(batch, [state_a, state_b])
     assert state_a.step == 6 and state_b.step == 4
-    assert torch.equal(state_a.tokens, ours.generate([item_a])[0])
-    assert torch.equal(state_b.tokens, ours.generate([item_b])[0])
+    assert torch.equal(state_a.tokens, ov_run(ours, [item_a])[0])
+    assert torch.equal(state_b.tokens, ov_run(ours, [item_b])[0])
 
 
 def test_reveal_counts_follow_the_schedule(ours: OmniVoiceModel) -> None:
-    item = ours.prepare("Count the reveals.", params=FAST, seed=1)
+    item = ov_prepare(ours, "Count the reveals.", params=FAST, seed=1)
     state = ItemState.start(item)
     revealed = []
     while not state.done:
@@ -112,8 +114,8 @@ def test_prompt_save_load_and_voice_prompt_round_trip(ours: OmniVoiceModel, tmp_
     assert (wire.num_codebooks, wire.num_frames, len(wire.codes)) == (8, 25, 8 * 25 * 2)
     back = ClonePrompt.from_voice_prompt(wire)
     assert torch.equal(back.codes, prompt.codes)
-    a = ours.generate([ours.prepare("Clone me.", prompt=prompt, params=FAST, seed=3)])[0]
-    b = ours.generate([ours.prepare("Clone me.", prompt=back, params=FAST, seed=3)])[0]
+    a = ov_run(ours, [ov_prepare(ours, "Clone me.", prompt=prompt, params=FAST, seed=3)])[0]
+    b = ov_run(ours, [ov_prepare(ours, "Clone me.", prompt=back, params=FAST, seed=3)])[0]
     assert torch.equal(a, b)
 
 
@@ -144,7 +146,7 @@ def test_too_short_reference_is_a_bad_request(ours: OmniVoiceModel) -> None:
 def test_prepare_rejects_bad_fields(ours: OmniVoiceModel, kwargs: dict[str, object], field: str) -> None:
     args: dict[str, object] = {"text": "Hello."} | kwargs
     with pytest.raises(BadRequest) as err:
-        ours.prepare(**args)
+        ov_prepare(ours, **args)
     assert err.value.field == field
 
 
@@ -165,7 +167,7 @@ def test_full_size_layout_matches_reference_shapes() -> None:
 def test_model_loads_in_half_precision(tiny_checkpoint: Path) -> None:
     model = OmniVoiceModel.from_pretrained(tiny_checkpoint, dtype="bf16", device="cpu", load_codec=False)
     assert model.dtype == torch.bfloat16 and model.llm.inv_freq.dtype == torch.float32
-    codes = model.generate([model.prepare("Half precision works.", params=FAST)])[0]
+    codes = ov_run(model, [ov_prepare(model, "Half precision works.", params=FAST)])[0]
     assert codes.shape[0] == 8 and int((codes == 1024).sum()) == 0
 
 

@@ -17,6 +17,8 @@ import torch
 
 from realtime_tts.model import ClonePrompt, DecodeParams, OmniVoiceModel, match_loudness
 from realtime_tts.model.decoding import ItemState, pack
+from realtime_tts.model.decoding import run as ov_run
+from realtime_tts.model.sequence import prepare as ov_prepare
 
 MIXED_TEXTS = [
     "Hello there.",
@@ -40,9 +42,9 @@ def _reference_codes(reference: Any, seed: int, **kwargs: Any) -> list[torch.Ten
 def _ours(ours: OmniVoiceModel, seed: int, texts: list[str], prompts: list[ClonePrompt | None] | None = None,
           params: DecodeParams | None = None, **kwargs: Any) -> list[torch.Tensor]:
     prompts = prompts or [None] * len(texts)
-    items = [ours.prepare(t, prompt=p, params=params, **kwargs) for t, p in zip(texts, prompts)]
+    items = [ov_prepare(ours, t, prompt=p, params=params, **kwargs) for t, p in zip(texts, prompts)]
     torch.manual_seed(seed)
-    return ours.generate(items, noise="reference")
+    return ov_run(ours, items, noise="reference")
 
 
 def _assert_same(ref: list[torch.Tensor], got: list[torch.Tensor]) -> None:
@@ -81,10 +83,10 @@ def test_design_mixed_batch_codes_equal(ours: OmniVoiceModel, reference: Any, in
     texts = MIXED_TEXTS[:2] + ["你好，世界。今天天气很好。"]
     ref = _reference_codes(reference, 5, text=texts, language=["en", "English", "zh"], instruct=instruct,
                            num_step=16)
-    items = [ours.prepare(t, language=lang, instruct=instruct, params=DecodeParams(num_step=16))
+    items = [ov_prepare(ours, t, language=lang, instruct=instruct, params=DecodeParams(num_step=16))
              for t, lang in zip(texts, ["en", "English", "zh"])]
     torch.manual_seed(5)
-    _assert_same(ref, ours.generate(items, noise="reference"))
+    _assert_same(ref, ov_run(ours, items, noise="reference"))
 
 
 def test_clone_prompt_encoding_equal(ours: OmniVoiceModel, reference: Any) -> None:
@@ -108,13 +110,13 @@ def test_clone_without_denoise_and_with_speed_duration(ours: OmniVoiceModel, ref
     mine, theirs = _random_prompt(ours, reference, 2.0, 9, "A reference")
     ref = _reference_codes(reference, 4, text=MIXED_TEXTS[:2], language="en", voice_clone_prompt=theirs,
                            num_step=12, denoise=False, speed=[1.3, None], duration=[None, 2.2])
-    items = [ours.prepare(MIXED_TEXTS[0], language="en", prompt=mine, speed=1.3, denoise=False,
+    items = [ov_prepare(ours, MIXED_TEXTS[0], language="en", prompt=mine, speed=1.3, denoise=False,
                           params=DecodeParams(num_step=12)),
-             ours.prepare(MIXED_TEXTS[1], language="en", prompt=mine, duration_s=2.2, denoise=False,
+             ov_prepare(ours, MIXED_TEXTS[1], language="en", prompt=mine, duration_s=2.2, denoise=False,
                           params=DecodeParams(num_step=12))]
     assert items[1].num_frames == 55
     torch.manual_seed(4)
-    _assert_same(ref, ours.generate(items, noise="reference"))
+    _assert_same(ref, ov_run(ours, items, noise="reference"))
 
 
 def test_class_temperature_sampling_codes_equal(ours: OmniVoiceModel, reference: Any) -> None:
@@ -135,7 +137,7 @@ def test_no_guidance_no_position_noise_codes_equal(ours: OmniVoiceModel, referen
 
 def test_packed_logits_match_padded_reference_forward(ours: OmniVoiceModel, reference: Any) -> None:
     """The forward itself: our packed rows vs the reference's padded, masked batch (float tolerance)."""
-    items = [ours.prepare(t, language="en") for t in MIXED_TEXTS]
+    items = [ov_prepare(ours, t, language="en") for t in MIXED_TEXTS]
     batch = pack([ItemState.start(it) for it in items], "cpu")
     with torch.inference_mode():
         hidden = ours.hidden(batch.ids, batch.audio_mask, batch.positions, batch.cu_seqlens, batch.max_seqlen)

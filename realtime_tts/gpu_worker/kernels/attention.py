@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from realtime_tts.engine.kernels.rope import head_norm_rope, norm_rope_halves, qk_norm_rope
+from realtime_tts.gpu_worker.kernels.rope import head_norm_rope, norm_rope_halves, qk_norm_rope
 
 
 @triton.jit

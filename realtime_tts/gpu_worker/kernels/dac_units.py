@@ -16,8 +16,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from realtime_tts.engine.kernels.module_switch import derived, drop_derived
-from realtime_tts.engine.kernels.snake import _INTERPRET, snake_ref, snake_values
+from realtime_tts.gpu_worker.kernels.module_switch import derived, drop_derived
+from realtime_tts.gpu_worker.kernels.snake import _INTERPRET, snake_ref, snake_values
 
 # Above this many channels a unit's weights (7·C·C fp32 taps + C·C) no longer fit one program's registers and
 # shared memory: those units stay on cuDNN + the epilogue kernel.

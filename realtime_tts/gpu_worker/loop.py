@@ -24,7 +24,7 @@ import msgspec
 from realtime_tts import errors
 from realtime_tts.engine import ipc
 from realtime_tts.engine.base import VoicePrompt
-from realtime_tts.engine.scheduler import Scheduler, StepPlan, StepTimeModel
+from realtime_tts.gpu_worker.scheduler import Scheduler, StepPlan, StepTimeModel
 
 log = logging.getLogger("realtime_tts.worker")
 # The step loop's own host work per step (scheduler, bookkeeping), added to the measured step times.
@@ -32,7 +32,7 @@ _LOOP_HOST_S = 0.0003
 
 
 class Backend(Protocol):
-    """What the loop needs from the model side (ModelBackend below, which steps through engine/runner's
+    """What the loop needs from the model side (ModelBackend below, which steps through gpu_worker/runner's
     StepRunner). Tensors stay inside; the loop only sees opaque per-segment states."""
 
     device: str
@@ -66,7 +66,7 @@ class Backend(Protocol):
 
 
 class ModelBackend:
-    """Backend over realtime_tts.model, stepping through engine/runner.StepRunner (CUDA: fused Triton
+    """Backend over realtime_tts.model, stepping through gpu_worker/runner.StepRunner (CUDA: fused Triton
     backbone + CUDA graphs per bucket with eager fallback; CPU: the model's eager packed step) and decoding
     finished segments together through the codec. torch is imported here, inside the worker process.
     """
@@ -75,7 +75,7 @@ class ModelBackend:
         import torch
 
         from realtime_tts import model as ov
-        from realtime_tts.engine.runner import StepRunner
+        from realtime_tts.gpu_worker.runner import StepRunner
 
         # Decodes run in the loop's decode thread while steps run here; a CUDA graph capture must not see
         # another thread's CUDA work (global capture mode), so captures and decodes exclude each other.

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from realtime_tts.engine.kernels.module_switch import ForwardSwitch
+from realtime_tts.gpu_worker.kernels.module_switch import ForwardSwitch
 
 # Triton's interpreter has no libdevice: there the kernel takes tl.sin (numpy's sin), on CUDA it takes
 # libdevice's __nv_sinf, the same full-precision sinf torch's eager sin calls.

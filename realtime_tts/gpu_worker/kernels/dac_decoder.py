@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from realtime_tts.engine.kernels import dac_output, dac_units
-from realtime_tts.engine.kernels.module_switch import ForwardSwitch, derived, drop_derived
-from realtime_tts.engine.kernels.snake import _INTERPRET, _TILE, launch_snake, snake_ref, unit_stride
+from realtime_tts.gpu_worker.kernels import dac_output, dac_units
+from realtime_tts.gpu_worker.kernels.module_switch import ForwardSwitch, derived, drop_derived
+from realtime_tts.gpu_worker.kernels.snake import _INTERPRET, _TILE, launch_snake, snake_ref, unit_stride
 
 
 def conv_epilogue(x: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor, skip: torch.Tensor | None = None,

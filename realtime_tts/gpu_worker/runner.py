@@ -1,4 +1,4 @@
-"""Executes diffusion steps fast: items in device slots (engine/slots.py), fused Triton backbone, a CUDA graph
+"""Executes diffusion steps fast: items in device slots (gpu_worker/slots.py), fused Triton backbone, a CUDA graph
 per (tokens, batch, frames) bucket whose only input is the batch's slot list, eager fallback on a miss,
 hit/miss counters. Semantics are realtime_tts.model.decoding's step; this module changes only how a step runs.
 Worker processes only (torch).
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from realtime_tts.engine.slots import FRAME_QUANTUM, Layout, SlotTable
+from realtime_tts.gpu_worker.slots import FRAME_QUANTUM, Layout, SlotTable
 from realtime_tts.model import decoding
 from realtime_tts.model.decoding import ItemState, PackedBatch
 from realtime_tts.model.network import OmniVoiceModel
@@ -75,7 +75,7 @@ class FusedBackbone:
     def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
                  attention: str = "q_fused", block: tuple[int, int, int, int] = (32, 32, 4, 3),
                  heads: int | None = None, swiglu_gemm_min_tokens: int = 0) -> None:
-        from realtime_tts.engine import kernels
+        from realtime_tts.gpu_worker import kernels
 
         self.k = kernels
         llm = model.llm
@@ -200,7 +200,7 @@ class _Graph:
 
 class StepRunner:
     """Runs decoding steps for ItemStates (the role of realtime_tts.model.decoding.step), keeping each item in
-    flight in a device slot (engine/slots.py): a step's host work is one [B] slot-id copy and a graph replay
+    flight in a device slot (gpu_worker/slots.py): a step's host work is one [B] slot-id copy and a graph replay
     (or an eager step), with no host sync; the host runs at most max_inflight steps ahead of the GPU.
 
     use_fused: Triton backbone + one-pass embedding (CUDA; or anywhere under TRITON_INTERPRET).
@@ -209,7 +209,7 @@ class StepRunner:
     bucket, captured on the first step that needs one (or ahead with capture()) while the card keeps
     min_free_bytes free and fewer than max_graphs exist; anything else runs eagerly and counts as a miss
     (stats.miss_reasons says why). codec_graph_frames > 0 (CUDA): decode() replays per-length CUDA graphs of
-    the codec for segments up to that many frames (engine/codec_graphs.py).
+    the codec for segments up to that many frames (gpu_worker/codec_graphs.py).
 
     precision: "fp32" (default) keeps the fused backbone's residual stream, embedding and final norm in fp32 and
     runs the audio head in fp32 (TF32 when head_tf32) → fp32 logits. "reference" computes as the reference
@@ -276,14 +276,14 @@ class StepRunner:
         if fused_snake and self.use_fused and cuda and model.codec is not None:
             # one Triton pass per Snake activation of the codec (kernels/snake.py); on CUDA only: under the CPU
             # interpreter a tiny decode would take seconds
-            from realtime_tts.engine.kernels import use_fused_codec, use_fused_snake
+            from realtime_tts.gpu_worker.kernels import use_fused_codec, use_fused_snake
 
             use_fused_snake(model.codec.model)
             if fused_codec:  # the decoder's conv bias / residual adds folded into those Snake passes
                 use_fused_codec(model.codec.model, channels_last=codec_channels_last,
                                 fused_units=codec_units and codec_channels_last)
         if codec_graph_frames > 0 and cuda:
-            from realtime_tts.engine.codec_graphs import CodecGraphs
+            from realtime_tts.gpu_worker.codec_graphs import CodecGraphs
 
             self.codec_graphs = CodecGraphs(model.codec, codec_graph_frames)
         # Without graphs: run each step eagerly in its graph bucket's padded shapes through the graph path's
@@ -308,7 +308,7 @@ class StepRunner:
             hidden = model.llm(embeds, batch.positions, batch.cu_seqlens, batch.max_seqlen, model.attention)
         cls_noise, pos_noise = decoding.item_noise(batch, model.audio_vocab)
         if self.fused_scoring and cls_noise is None:
-            from realtime_tts.engine.kernels import cfg_argmax
+            from realtime_tts.gpu_worker.kernels import cfg_argmax
 
             num_b, t_max = batch.cond_index.shape
             vocab, num_cb = model.audio_vocab, model.num_codebooks

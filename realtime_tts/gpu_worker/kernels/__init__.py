@@ -4,7 +4,7 @@ Imports torch and triton; never imported by the web process. On a machine withou
 under Triton's interpreter (TRITON_INTERPRET=1 set before this package is imported) — tests do that.
 """
 
-from realtime_tts.engine.kernels.attention import (
+from realtime_tts.gpu_worker.kernels.attention import (
     ATTENTION_MODES,
     attention_tiles,
     max_attention_tiles,
@@ -14,9 +14,9 @@ from realtime_tts.engine.kernels.attention import (
     varlen_attention_ref,
     varlen_attention_rope,
 )
-from realtime_tts.engine.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
-from realtime_tts.engine.kernels.embed import embed, embed_ref
-from realtime_tts.engine.kernels.gemm import (
+from realtime_tts.gpu_worker.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
+from realtime_tts.gpu_worker.kernels.embed import embed, embed_ref
+from realtime_tts.gpu_worker.kernels.gemm import (
     GEMM_CONFIG,
     SWIGLU_CONFIG,
     GemmConfig,
@@ -25,11 +25,11 @@ from realtime_tts.engine.kernels.gemm import (
     swiglu_gemm,
     swiglu_gemm_ref,
 )
-from realtime_tts.engine.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
-from realtime_tts.engine.kernels.rope import head_norm_rope, qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
-from realtime_tts.engine.kernels.scoring import cfg_argmax, cfg_argmax_ref
-from realtime_tts.engine.kernels.snake import snake, snake_ref, use_fused_snake
-from realtime_tts.engine.kernels.swiglu import silu_mul, silu_mul_ref
+from realtime_tts.gpu_worker.kernels.norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
+from realtime_tts.gpu_worker.kernels.rope import head_norm_rope, qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
+from realtime_tts.gpu_worker.kernels.scoring import cfg_argmax, cfg_argmax_ref
+from realtime_tts.gpu_worker.kernels.snake import snake, snake_ref, use_fused_snake
+from realtime_tts.gpu_worker.kernels.swiglu import silu_mul, silu_mul_ref
 
 __all__ = [
     "ATTENTION_MODES",

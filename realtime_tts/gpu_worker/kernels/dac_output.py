@@ -18,7 +18,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 # Triton's interpreter has no libdevice: there tanh is spelled with exp (same value to a few ulp).
-from realtime_tts.engine.kernels.snake import _INTERPRET
+from realtime_tts.gpu_worker.kernels.snake import _INTERPRET
 
 
 @triton.jit(do_not_specialize=["in_len", "out_len"])

@@ -1,0 +1,170 @@
+"""WebSocket simple mode (PROTOCOL.md §1, LunaVox-compatible): /v1/stream (whole text) and /v1/stream/text
+(incremental), one SimpleSession per connection with a reader and a writer task."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from realtime_tts import protocol
+from realtime_tts.api.errors import _reason, close_code, ws_error_frame
+from realtime_tts.errors import BadRequest, IdleTimeout, TTSError
+from realtime_tts.protocol import Warnings
+from realtime_tts.service import AudioFrame, SegmentEnded, SegmentStarted, Synthesis
+
+if TYPE_CHECKING:
+    from realtime_tts.api.app import AppState
+
+log = logging.getLogger(__name__)
+
+
+class SimpleSession:
+    """One WS connection in simple mode (PROTOCOL.md §1): /v1/stream (whole text) or /v1/stream/text
+    (incremental). The writer sends audio while the reader keeps reading, so {"cancel"} and more text are
+    seen while audio is being produced."""
+
+    def __init__(self, ws: WebSocket, app: AppState, *, incremental: bool):
+        self.ws = ws
+        self.app = app
+        self.incremental = incremental
+        self.endpoint = "ws_stream_text" if incremental else "ws_stream"
+        self.warnings = Warnings()
+        self.error: TTSError | None = None
+        self.disconnected = False
+        self.max_bytes = app.config.server.max_ws_message_bytes
+        self.max_chars = app.config.text.max_text_chars
+
+    async def run(self) -> None:
+        code = 1000
+        try:
+            first = await self._receive()
+            if first is None:
+                return
+            if "type" in first:
+                raise BadRequest("session mode (a first frame with \"type\") is not available yet; send a request "
+                                 "object without \"type\" (simple mode)", field="type")
+            parse = protocol.parse_ws_text_init if self.incremental else protocol.parse_ws_stream
+            req = parse(first, max_chars=self.max_chars)
+            self.warnings.add(req.warnings)
+            synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True)
+            async with synth:
+                if self.incremental:
+                    if req.text:
+                        synth.feed(req.text)
+                    if first.get("cancel") is True:
+                        synth.cancel()
+                else:
+                    synth.speak(req.text)
+                reader = asyncio.create_task(self._read(synth), name=f"ws-reader-{synth.id}")
+                try:
+                    await self._write(synth)
+                except WebSocketDisconnect:  # the client left while audio was being sent
+                    self.disconnected = True
+                    synth.cancel("disconnect")
+                finally:
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await reader
+                if self.error is not None:
+                    raise self.error
+                if not self.disconnected:
+                    await self._send_json(self._terminal(synth))
+            if self.disconnected:
+                raise WebSocketDisconnect(1001)
+            await self.ws.close(1000)
+        except TTSError as e:
+            code = close_code(e)
+            self.app.metrics.errors_total.labels(code=e.code).inc()
+            await self._fail(e)
+        except WebSocketDisconnect:
+            code = 1001
+        except Exception as e:  # the WS-session edge: log it, tell the client, keep serving others
+            log.exception("WebSocket session failed")
+            code = 1011
+            await self._fail(TTSError(f"internal error: {type(e).__name__}"))
+        finally:
+            self.app.metrics.ws_closes_total.labels(code=str(code)).inc()
+
+    def _terminal(self, synth: Synthesis) -> dict[str, Any]:
+        frame: dict[str, Any] = {"done": True, "sample_rate": synth.sample_rate}
+        if self.incremental:
+            frame["sentences"] = synth.num_segments
+        frame["reason"] = "cancelled" if synth.cancelled else "end"
+        frame["stats"] = synth.stats()
+        if self.warnings.items:
+            frame["warnings"] = list(self.warnings.items)
+        return frame
+
+    async def _fail(self, e: TTSError) -> None:
+        if self.ws.application_state != WebSocketState.CONNECTED or self.disconnected:
+            return
+        with contextlib.suppress(Exception):
+            await self._send_json(ws_error_frame(e))
+            await self.ws.close(close_code(e), reason=_reason(e.message))
+
+    async def _receive(self, *, idle_timeout: bool = True) -> dict[str, Any] | None:
+        """The next frame as a JSON object; None when the client has gone. With idle_timeout, a client that
+        sends nothing for ws_idle_timeout_s while we wait on it is closed (4008)."""
+        limit = self.app.config.server.ws_idle_timeout_s
+        if idle_timeout and limit > 0:
+            try:
+                msg = await asyncio.wait_for(self.ws.receive(), limit)
+            except TimeoutError:
+                raise IdleTimeout(f"no frame received for {limit:g} s") from None
+        else:
+            msg = await self.ws.receive()
+        if msg["type"] == "websocket.disconnect":
+            self.disconnected = True
+            return None
+        text, data = msg.get("text"), msg.get("bytes")
+        return protocol.loads_object(text if text is not None else data, max_bytes=self.max_bytes)
+
+    async def _read(self, synth: Synthesis) -> None:
+        try:
+            while True:
+                # /v1/stream needs nothing after its request; /v1/stream/text needs text until "end".
+                obj = await self._receive(idle_timeout=self.incremental and not synth.ended)
+                if obj is None:
+                    synth.cancel("disconnect")
+                    return
+                if not self.incremental:
+                    # /v1/stream takes one request; later frames may only cancel.
+                    msg = protocol.parse_text_message({k: v for k, v in obj.items() if k == "cancel"},
+                                                      max_chars=self.max_chars)
+                    extra = tuple(f"field {k!r} ignored after the request frame" for k in obj if k != "cancel")
+                    self.warnings.add(extra)
+                else:
+                    msg = protocol.parse_text_message(obj, max_chars=self.max_chars)
+                    self.warnings.add(msg.warnings)
+                    if msg.text and synth.ended:
+                        self.warnings.add(("text received after end ignored",))
+                    elif msg.text:
+                        synth.feed(msg.text)
+                    if msg.flush:
+                        synth.flush()
+                    if msg.end:
+                        synth.end()
+                if msg.cancel:
+                    synth.cancel("client")
+        except TTSError as e:
+            self.error = e
+            synth.cancel("error")
+
+    async def _write(self, synth: Synthesis) -> None:
+        events = synth.params.events
+        async for ev in synth.events():
+            if isinstance(ev, AudioFrame):
+                await self.ws.send_bytes(ev.pcm)
+            elif events and isinstance(ev, SegmentStarted):
+                await self._send_json({"type": "segment.start", **dataclasses.asdict(ev)})
+            elif events and isinstance(ev, SegmentEnded):
+                await self._send_json({"type": "segment.end", **dataclasses.asdict(ev)})
+
+    async def _send_json(self, obj: dict[str, Any]) -> None:
+        await self.ws.send_text(json.dumps(obj, separators=(",", ":")))

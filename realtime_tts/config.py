@@ -93,12 +93,55 @@ class TextConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    api_keys: str | None = _doc("API keys accepted (Authorization: Bearer KEY): comma-separated NAME:KEY pairs; "
+                                "NAME appears in logs and metrics, the key never. Unset (and no api_keys_file) = "
+                                "no authentication.", default=None)
+    api_keys_file: str | None = _doc("File of NAME:KEY lines (# comments), read at start: keeps keys out of the "
+                                     "environment and the process list.", default=None)
+    public_health: bool = _doc("GET /health answers without a key (load balancers' probes).", default=True)
+    public_metrics: bool = _doc("GET /metrics answers without a key.", default=False)
+    token_ttl_s: float = _doc("Longest lifetime of a token minted by POST /v1/auth/token (for browser "
+                              "WebSockets, which cannot send headers: ?token=...).", default=300.0)
+    allow_key_in_query: bool = _doc("Accept a long-lived API key in a URL query parameter (off: URLs end up in "
+                                    "proxy logs and browser history; mint a short-lived token instead).",
+                                    default=False)
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_buffered_chars: int = _doc("Text a streaming context may hold not yet spoken (received, not yet sent as "
+                                   "audio); more is refused (too_large) until audio catches up.", default=20_000)
+    max_contexts_per_socket: int = _doc("Contexts open at once on one session-mode WebSocket.", default=16)
+    max_connections: int = _doc("Open WebSockets plus HTTP requests in flight, in total (public /health and "
+                                "/metrics not counted); over it: 503 / close 1013; 0 = no limit.", default=1024)
+    max_connections_per_key: int = _doc("The same, per API key (when keys are configured); 0 = no limit.",
+                                        default=64)
+    requests_per_key_per_s: float = _doc("Requests and WebSocket connects per API key per second (burst: twice "
+                                         "that); over it: 429 + Retry-After / close 1013; 0 = no limit.",
+                                         default=20.0)
+    ws_max_audio_ahead_s: float = _doc("A WebSocket stream's audio is sent at most this far ahead of real time, "
+                                       "so a client reading at playback speed never has more queued in front of "
+                                       "a keepalive ping; 0 = as fast as it is made.", default=8.0)
+    ws_send_timeout_s: float = _doc("A WebSocket client that reads nothing this long while audio waits for it is "
+                                    "closed (1008, reason says why) and its work aborted; 0 = never.",
+                                    default=15.0)
+    engine_job_timeout_s: float = _doc("An engine worker that gives no sign of life on a job this long is "
+                                       "treated as stuck: killed, its requests fail (engine_dead, retryable), "
+                                       "it restarts.", default=20.0)
+    worker_check_interval_s: float = _doc("How often idle engine workers are checked (a dead one restarts "
+                                          "before a request needs it).", default=1.0)
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     cpu: CpuVoiceConfig = field(default_factory=CpuVoiceConfig)
     omnivoice: OmniVoiceConfig = field(default_factory=OmniVoiceConfig)
     pacing: PacingConfig = field(default_factory=PacingConfig)
     text: TextConfig = field(default_factory=TextConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
 class ConfigError(ValueError):
@@ -187,6 +230,15 @@ def validate(cfg: Config) -> None:
         value = getattr(cfg.pacing, name)
         check(0 <= value <= 5000, f"{name} must be 0..5000 ms, got {value}")
     check(cfg.pacing.first_frame_ms > 0 and cfg.pacing.frame_ms > 0, "frame sizes must be > 0 ms")
+    lim = cfg.limits
+    for name in ("max_buffered_chars", "max_contexts_per_socket", "max_connections", "max_connections_per_key"):
+        check(getattr(lim, name) >= 0, f"{name} must be >= 0, got {getattr(lim, name)}")
+    for name in ("requests_per_key_per_s", "ws_max_audio_ahead_s", "ws_send_timeout_s"):
+        check(getattr(lim, name) >= 0, f"{name} must be >= 0, got {getattr(lim, name)}")
+    check(lim.engine_job_timeout_s > 0, f"engine_job_timeout_s must be > 0, got {lim.engine_job_timeout_s}")
+    check(lim.worker_check_interval_s > 0,
+          f"worker_check_interval_s must be > 0, got {lim.worker_check_interval_s}")
+    check(cfg.security.token_ttl_s > 0, f"token_ttl_s must be > 0, got {cfg.security.token_ttl_s}")
     t = cfg.text
     check(1 <= t.min_chars <= t.first_segment_min_chars <= t.max_chars,
           f"need 1 <= min_chars ({t.min_chars}) <= first_segment_min_chars ({t.first_segment_min_chars}) "

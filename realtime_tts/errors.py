@@ -63,6 +63,31 @@ class PayloadTooLarge(TTSError):
     code = "too_large"
 
 
+class Unauthorized(TTSError):
+    """No credentials, or credentials that are wrong or expired (the message says which, never the key)."""
+
+    status = 401
+    close_code = 1008
+    code = "unauthorized"
+
+
+class RateLimited(TTSError):
+    """Too many requests for one API key: retry after retry_after_ms."""
+
+    status = 429
+    close_code = 1013
+    code = "rate_limited"
+    retryable = True
+
+
+class SlowReader(TTSError):
+    """A WebSocket client stopped reading the audio sent to it (send blocked past ws_send_timeout_s)."""
+
+    status = 408
+    close_code = 1008
+    code = "slow_reader"
+
+
 class Overloaded(TTSError):
     """Admission refused: queues are full. Clients should retry after retry_after_ms."""
 
@@ -70,6 +95,12 @@ class Overloaded(TTSError):
     close_code = 1013
     code = "overloaded"
     retryable = True
+
+
+class TooManyConnections(Overloaded):
+    """A connection limit (in total or per key) is reached."""
+
+    code = "too_many_connections"
 
 
 class EngineUnavailable(TTSError):

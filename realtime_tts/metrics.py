@@ -59,6 +59,19 @@ class Metrics:
         self.ws_connections = Gauge(p + "ws_connections", "Open WebSocket connections.", registry=r)
         self.ws_closes_total = Counter(p + "ws_closes_total", "WebSocket closes by close code.", ["code"],
                                        registry=r)
+        # reliability and security (issue 17): who is let in, which limit refused what, faults survived
+        self.auth_failures_total = Counter(p + "auth_failures_total", "Requests refused for credentials.",
+                                           ["reason"], registry=r)
+        self.key_requests_total = Counter(p + "key_requests_total", "Requests and WebSocket connects let in, by "
+                                          "API key name (anonymous without keys).", ["key"], registry=r)
+        self.limit_refusals_total = Counter(p + "limit_refusals_total", "Requests, frames or connections refused "
+                                            "or closed by a limit.", ["limit"], registry=r)
+        self.connections = Gauge(p + "connections", "Open WebSockets plus HTTP requests in flight (limited).",
+                                 registry=r)
+        self.http_stream_aborts_total = Counter(p + "http_stream_aborts_total", "Streamed HTTP responses the "
+                                                "client left before their end.", ["endpoint"], registry=r)
+        self.worker_restarts_total = Counter(p + "worker_restarts_total", "Engine worker restarts by cause.",
+                                             ["engine", "cause"], registry=r)
 
     def watch_pool(self, engine: str, size: Callable[[], float], idle: Callable[[], float],
                    queued: Callable[[], float] | None = None) -> None:

@@ -11,12 +11,15 @@ import binascii
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -24,11 +27,14 @@ from starlette.websockets import WebSocket
 
 from realtime_tts import audio, protocol, text
 from realtime_tts.api.errors import error_response
+from realtime_tts.api.guard import Guard, principal_of
 from realtime_tts.api.http import _form, _json_body, respond
 from realtime_tts.api.simple_ws import SimpleSession
+from realtime_tts.auth import ANONYMOUS, Authenticator
 from realtime_tts.config import Config
 from realtime_tts.engine.pool import EnginePool
-from realtime_tts.errors import BadRequest, TTSError
+from realtime_tts.errors import BadRequest, NotFound, TTSError
+from realtime_tts.limits import ConnectionLimiter, RateLimiter
 from realtime_tts.metrics import CONTENT_TYPE, Metrics
 from realtime_tts.service import Service
 
@@ -41,6 +47,10 @@ class AppState:
         self.metrics = Metrics()
         self.pool = EnginePool(config)
         self.service = Service(config, self.pool, self.metrics)
+        self.auth = Authenticator.from_config(config.security)
+        lim = config.limits
+        self.connections = ConnectionLimiter(lim.max_connections, lim.max_connections_per_key)
+        self.rate = RateLimiter(lim.requests_per_key_per_s)
 
     # HTTP handlers ------------------------------------------------------------------------------------------
 
@@ -110,6 +120,17 @@ class AppState:
             raise BadRequest("ref_audio is shorter than 0.5 s", field="ref_audio")
         return samples, rate
 
+    async def auth_token(self, request: Request) -> Response:
+        """POST /v1/auth/token: a short-lived token for the caller's key (browser WebSockets: ?token=...)."""
+        raw = await request.body()
+        obj = protocol.body_object(raw) if raw.strip() else {}
+        ttl = obj.get("ttl_s")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
+            raise BadRequest("ttl_s must be a number of seconds > 0", field="ttl_s")
+        token, expires_at = self.auth.mint(principal_of(request) or ANONYMOUS, ttl)
+        return JSONResponse({"token": token, "expires_at": expires_at,
+                             "expires_in": round(expires_at - time.time(), 3), "query_parameter": "token"})
+
     async def health(self, request: Request) -> Response:
         body = self.pool.health()
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
@@ -125,7 +146,7 @@ class AppState:
             "name": "realtime_tts",
             "endpoints": ["WS /v1/stream", "WS /v1/stream/text", "POST /v1/audio/speech", "POST /v1/synth",
                           "POST /v1/audio/clone", "POST /v1/audio/design", "GET /health", "GET /v1/models",
-                          "GET /metrics"],
+                          "GET /metrics", "POST /v1/auth/token"],
             "docs": "docs/protocol.md",
         })
 
@@ -175,6 +196,18 @@ def create_app(config: Config) -> Starlette:
         log.exception("unhandled error on %s", request.url.path, exc_info=exc)
         return error_response(TTSError(f"internal error: {type(exc).__name__}"), state.metrics)
 
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        # Starlette's own refusals (no such route, wrong method) in the documented JSON error shape
+        assert isinstance(exc, HTTPException)
+        err: TTSError = NotFound(f"no endpoint at {request.url.path!r}; see GET / for the endpoints", field="path") \
+            if exc.status_code == 404 else BadRequest(f"{request.method} {request.url.path}: {exc.detail}")
+        if exc.status_code == 405:
+            err.code = "method_not_allowed"
+        err.status = exc.status_code
+        response = error_response(err, state.metrics)
+        response.headers.update(exc.headers or {})
+        return response
+
     routes = [
         Route("/", state.index),
         Route("/health", state.health),
@@ -184,10 +217,17 @@ def create_app(config: Config) -> Starlette:
         Route("/v1/synth", state.synth, methods=["POST"]),
         Route("/v1/audio/clone", state.clone, methods=["POST"]),
         Route("/v1/audio/design", state.design, methods=["POST"]),
+        Route("/v1/auth/token", state.auth_token, methods=["POST"]),
         WebSocketRoute("/v1/stream", state.ws_stream),
         WebSocketRoute("/v1/stream/text", state.ws_stream_text),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={TTSError: on_tts_error, Exception: on_error})
+    sec = config.security
+    public = frozenset({*(["/health"] if sec.public_health else []), *(["/metrics"] if sec.public_metrics else [])})
+    # The guard wraps the router itself, so every route, present or added later, is behind it (tests/test_auth.py
+    # walks the route table to prove it).
+    guard = Middleware(Guard, auth=state.auth, metrics=state.metrics, connections=state.connections,  # type: ignore[arg-type]
+                       rate=state.rate, public=public, routes=lambda: app.router.routes)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard],
+                    exception_handlers={TTSError: on_tts_error, HTTPException: on_http_error, Exception: on_error})
     app.state.tts = state
     return app

@@ -48,17 +48,19 @@ class InProcessServer(Loopback):
     """The real app on a real uvicorn, in a thread of the test process: for tests that put an engine of their
     own beside (or around) the real ones, e.g. `InProcessServer(lambda pool: pool.engines.update(...))`."""
 
-    def __init__(self, setup: Any = None) -> None:
+    def __init__(self, setup: Any = None, *, env: dict[str, str] | None = None, **uvicorn_kw: Any) -> None:
         import uvicorn
 
         from realtime_tts.api import create_app
         from realtime_tts.config import load_config
 
         self.port = free_port()
-        app = create_app(load_config(env={}))
+        app = create_app(load_config(env=env or {}))
+        self.app = app
         if setup is not None:
             setup(app.state.tts.pool)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    **uvicorn_kw))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> Self:

@@ -4,8 +4,8 @@ voices, ...) is behind it without doing anything: there is no per-route opt-in t
 `public` (health/metrics, by config) skip it.
 
 What it leaves for the routes (scope["state"], read with `principal_of(request_or_ws)`): the Principal. It also
-keeps the server side of a WebSocket's transport (`transport_of`), which api/ws_sender.py uses to abort a
-connection whose client stopped reading.
+keeps uvicorn's protocol object of a WebSocket (`protocol_of`: its transport and frame writer), which
+api/ws_sender.py uses to close a connection whose client stopped reading.
 
 Refusals use the one error mapping (api/errors.py): HTTP gets the JSON error body; a WebSocket is accepted,
 sent the error frame, then closed (1008 auth, 1013 limits) with the reason, because browsers cannot read
@@ -32,7 +32,7 @@ from realtime_tts.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-_TRANSPORT = "realtime_tts.transport"
+_PROTOCOL = "realtime_tts.ws_protocol"
 
 
 def principal_of(conn: Any) -> Principal | None:
@@ -40,9 +40,9 @@ def principal_of(conn: Any) -> Principal | None:
     return conn.scope.get("state", {}).get("principal")
 
 
-def transport_of(conn: Any) -> Any:
-    """The asyncio transport under a WebSocket (uvicorn's protocols keep it), or None where unknown."""
-    return conn.scope.get(_TRANSPORT)
+def protocol_of(conn: Any) -> Any:
+    """uvicorn's protocol object under a WebSocket (has .transport), or None where unknown."""
+    return conn.scope.get(_PROTOCOL)
 
 
 class Guard:
@@ -62,8 +62,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         if kind == "websocket":
-            protocol = getattr(send, "__self__", None)  # uvicorn's protocol object: its transport
-            scope[_TRANSPORT] = getattr(protocol, "transport", None)
+            scope[_PROTOCOL] = getattr(send, "__self__", None)  # send is a bound method of uvicorn's protocol
         if scope["path"] in self.public:
             await self.app(scope, receive, send)
             return

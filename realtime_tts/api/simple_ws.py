@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from realtime_tts import protocol
-from realtime_tts.api.errors import _reason, close_code, ws_error_frame
+from realtime_tts.api.errors import close_code
+from realtime_tts.api.ws_sender import WsSender
 from realtime_tts.errors import BadRequest, IdleTimeout, TTSError
 from realtime_tts.protocol import Warnings
 from realtime_tts.service import AudioFrame, SegmentEnded, SegmentStarted, Synthesis
@@ -39,12 +39,30 @@ class SimpleSession:
         self.disconnected = False
         self.max_bytes = app.config.server.max_ws_message_bytes
         self.max_chars = app.config.text.max_text_chars
+        lim = app.config.limits
+        self.sender = WsSender(ws, metrics=app.metrics, max_ahead_s=lim.ws_max_audio_ahead_s,
+                               send_timeout_s=lim.ws_send_timeout_s, on_stalled=self._stalled)
+        self.synth: Synthesis | None = None
+        self.client_close_code = 1001  # what the client (or uvicorn for it) closed with
+
+    def _stalled(self, e: TTSError) -> None:
+        """The sender gave up on a client that stopped reading: abort the work, end with e."""
+        self.error = e
+        if self.synth is not None:
+            self.synth.cancel("slow_reader")
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self.sender.cancel()
+
+    async def _run(self) -> None:
         code = 1000
         try:
             first = await self._receive()
             if first is None:
+                code = self.client_close_code
                 return
             if "type" in first:
                 raise BadRequest("session mode (a first frame with \"type\") is not available yet; send a request "
@@ -53,6 +71,7 @@ class SimpleSession:
             req = parse(first, max_chars=self.max_chars)
             self.warnings.add(req.warnings)
             synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True)
+            self.synth = synth
             async with synth:
                 if self.incremental:
                     if req.text:
@@ -64,8 +83,9 @@ class SimpleSession:
                 reader = asyncio.create_task(self._read(synth), name=f"ws-reader-{synth.id}")
                 try:
                     await self._write(synth)
-                except WebSocketDisconnect:  # the client left while audio was being sent
+                except WebSocketDisconnect as e:  # the client left while audio was being sent
                     self.disconnected = True
+                    self.client_close_code = e.code
                     synth.cancel("disconnect")
                 finally:
                     reader.cancel()
@@ -76,14 +96,16 @@ class SimpleSession:
                 if not self.disconnected:
                     await self._send_json(self._terminal(synth))
             if self.disconnected:
-                raise WebSocketDisconnect(1001)
-            await self.ws.close(1000)
+                raise WebSocketDisconnect(self.client_close_code)
+            await self.sender.close(1000)
+            if self.sender.gone_code not in (None, 1000):  # cut off while the close waited (slow reader)
+                raise self.error or WebSocketDisconnect(self.sender.gone_code)
         except TTSError as e:
             code = close_code(e)
             self.app.metrics.errors_total.labels(code=e.code).inc()
             await self._fail(e)
-        except WebSocketDisconnect:
-            code = 1001
+        except WebSocketDisconnect as e:
+            code = e.code if e.code not in (1000, 1005) else 1001
         except Exception as e:  # the WS-session edge: log it, tell the client, keep serving others
             log.exception("WebSocket session failed")
             code = 1011
@@ -104,9 +126,8 @@ class SimpleSession:
     async def _fail(self, e: TTSError) -> None:
         if self.ws.application_state != WebSocketState.CONNECTED or self.disconnected:
             return
-        with contextlib.suppress(Exception):
-            await self._send_json(ws_error_frame(e))
-            await self.ws.close(close_code(e), reason=_reason(e.message))
+        with contextlib.suppress(WebSocketDisconnect):
+            await self.sender.fail(e)
 
     async def _receive(self, *, idle_timeout: bool = True) -> dict[str, Any] | None:
         """The next frame as a JSON object; None when the client has gone. With idle_timeout, a client that
@@ -121,6 +142,7 @@ class SimpleSession:
             msg = await self.ws.receive()
         if msg["type"] == "websocket.disconnect":
             self.disconnected = True
+            self.client_close_code = msg.get("code") or 1001
             return None
         text, data = msg.get("text"), msg.get("bytes")
         return protocol.loads_object(text if text is not None else data, max_bytes=self.max_bytes)
@@ -160,11 +182,11 @@ class SimpleSession:
         events = synth.params.events
         async for ev in synth.events():
             if isinstance(ev, AudioFrame):
-                await self.ws.send_bytes(ev.pcm)
+                await self.sender.audio(ev.pcm, synth.sample_rate)
             elif events and isinstance(ev, SegmentStarted):
                 await self._send_json({"type": "segment.start", **dataclasses.asdict(ev)})
             elif events and isinstance(ev, SegmentEnded):
                 await self._send_json({"type": "segment.end", **dataclasses.asdict(ev)})
 
     async def _send_json(self, obj: dict[str, Any]) -> None:
-        await self.ws.send_text(json.dumps(obj, separators=(",", ":")))
+        await self.sender.json(obj)

@@ -70,6 +70,8 @@ class Metrics:
                                  registry=r)
         self.http_stream_aborts_total = Counter(p + "http_stream_aborts_total", "Streamed HTTP responses the "
                                                 "client left before their end.", ["endpoint"], registry=r)
+        self.active_requests = Gauge(p + "active_requests", "Requests being served, by engine (admission: "
+                                     "refused over the engine's max_active_requests).", ["engine"], registry=r)
         self.worker_restarts_total = Counter(p + "worker_restarts_total", "Engine worker restarts by cause.",
                                              ["engine", "cause"], registry=r)
 

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from realtime_tts.api.errors import _reason, error_response, ws_error_frame
+from realtime_tts.api.streams import StreamAborted
 from realtime_tts.auth import Authenticator, Principal
 from realtime_tts.errors import NotFound, TTSError
 from realtime_tts.limits import ConnectionLimiter, RateLimiter
@@ -95,6 +96,8 @@ class Guard:
         self.metrics.connections.inc()
         try:
             await self.app(scope, receive, send)
+        except StreamAborted:
+            pass  # a streamed body cut on purpose (api/streams.py logged why): the client sees it incomplete
         finally:
             self.metrics.connections.dec()
             self.connections.release(key)

@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from realtime_tts import audio, protocol
-from realtime_tts.errors import BadRequest, PayloadTooLarge
+from realtime_tts.api.streams import sse_error, watched_stream
+from realtime_tts.errors import BadRequest, PayloadTooLarge, TTSError
 from realtime_tts.protocol import SpeechRequest
 from realtime_tts.service import AudioFrame, Synthesis
 
@@ -87,7 +88,7 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
     async def rest() -> AsyncGenerator[bytes, None]:
         # aclosing: a client that goes away closes this generator, which must close (and abort) the synthesis
         # now, not whenever the garbage collector finalises it.
-        async with contextlib.aclosing(chunks):
+        async with contextlib.aclosing(chunks), watched_stream(app.metrics, endpoint, sse=sse):
             if first:
                 yield first
             async for chunk in chunks:
@@ -97,9 +98,13 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
         return StreamingResponse(rest(), media_type=audio.MEDIA_TYPES[fmt], headers=headers)
 
     async def events() -> AsyncIterator[str]:
-        async with contextlib.aclosing(rest()) as audio_chunks:
-            async for chunk in audio_chunks:
-                yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()})
+        try:
+            async with contextlib.aclosing(rest()) as audio_chunks:
+                async for chunk in audio_chunks:
+                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()})
+        except TTSError as e:  # after the headers: the error is the stream's last event
+            yield _sse(sse_error(e))
+            return
         usage = {"input_tokens": synth.num_chars, "output_tokens": synth.samples_out,
                  "total_tokens": synth.num_chars + synth.samples_out}
         yield _sse({"type": "speech.audio.done", "usage": usage, "sample_rate": synth.sample_rate,

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from realtime_tts.engine.base import (
 from realtime_tts.errors import BadRequest, EngineDead, EngineUnavailable, Overloaded, UnsupportedVoiceMode
 from realtime_tts.protocol import OPENAI_VOICES
 
+if TYPE_CHECKING:
+    from realtime_tts.metrics import Metrics
+
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
@@ -57,8 +60,14 @@ ENGLISH = ("en", "en-us", "en_us", "en-gb", "en_gb", "english", "auto")
 GPU_ENGINE = "omnivoice"
 # Admission limit: jobs waiting for a worker, per worker (beyond it: Overloaded, retry later).
 MAX_QUEUED_PER_WORKER = 64
+# Requests served at once, per worker (the service refuses more at once: 503 / 1013). One worker makes ~50x real
+# time here (bench/results/cpu_voice.md): 32 live streams leave it headroom; more would only queue.
+MAX_REQUESTS_PER_WORKER = 32
 # A worker that does not load within this long is reported as failed (loading takes ~1 s here).
 LOAD_TIMEOUT_S = 120.0
+# An idle worker is pinged every worker_check_interval_s; one that does not answer within this long is frozen
+# (SIGSTOP, a hung library): killed and restarted before a request needs it.
+PING_TIMEOUT_S = 5.0
 
 
 # -- the worker process ----------------------------------------------------------------------------------------
@@ -79,9 +88,13 @@ def _worker_main(conn: Connection, threads: int) -> None:
     conn.send(("ready", os.getpid()))
     while True:
         try:
-            text, sentence, speed, seed = conn.recv()
+            job = conn.recv()
         except (EOFError, OSError):
             return
+        if job is None:  # the web process's liveness ping
+            conn.send(("pong", os.getpid()))
+            continue
+        text, sentence, speed, seed = job
         try:
             t_start = time.perf_counter()
             phonemes: list[str] | None = None
@@ -156,7 +169,7 @@ class _Worker:
         (size,) = struct.unpack("!i", await self._reader.readexactly(4))
         return pickle.loads(await self._reader.readexactly(size))
 
-    async def call(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
+    async def call(self, payload: tuple[Any, ...] | None) -> tuple[Any, ...]:
         data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             assert self._writer is not None
@@ -180,6 +193,15 @@ class _Worker:
         await self._reap()
         await self.start()
 
+    def kill(self) -> None:
+        """SIGKILL now (also ends a SIGSTOPped process); _reap collects it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     async def stop(self) -> None:
         self.status, self.detail = "error", "stopped"
         if self._writer is not None:
@@ -201,8 +223,12 @@ class _Worker:
 class _VoiceProcesses:
     """n worker processes serving jobs from one priority queue (kept on the event loop)."""
 
-    def __init__(self, num_workers: int, threads_per_voice: int):
+    def __init__(self, num_workers: int, threads_per_voice: int, *, job_timeout_s: float = 20.0,
+                 check_interval_s: float = 1.0):
         self.workers = [_Worker(i, threads_per_voice) for i in range(num_workers)]
+        self.job_timeout_s = job_timeout_s
+        self.check_interval_s = check_interval_s
+        self.on_restart: Any = None  # callable(cause): counts restarts in /metrics once attached
         self._heap: list[_Job] = []
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._arrival = itertools.count()
@@ -252,44 +278,78 @@ class _VoiceProcesses:
                 waiter.set_result(None)
                 break
 
-    async def _next(self) -> _Job:
+    async def _next(self, timeout: float) -> _Job | None:
+        """The next job, or None when none came within timeout (the caller checks on its worker then)."""
         while True:
             while not self._heap:
                 waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 self._waiters.append(waiter)
-                await waiter
+                done, _ = await asyncio.wait([waiter], timeout=timeout)
+                if not done:
+                    waiter.cancel()  # _push skips it
+                    return None
             job = heapq.heappop(self._heap)
             if not job.future.done():  # a cancelled job (its request went away while queued) is dropped
                 return job
 
+    async def _check_idle(self, worker: _Worker) -> None:
+        """Between jobs: a dead worker restarts now, and a frozen one (no answer to a ping) is killed and
+        restarted, so neither waits for a request to find out."""
+        if not worker.alive:
+            log.warning("CPU voice worker %d (pid %s) died while idle; restarting it", worker.worker_id, worker.pid)
+            await self._restart(worker, "died_idle")
+            return
+        try:
+            await asyncio.wait_for(worker.call(None), PING_TIMEOUT_S)
+        except (TimeoutError, EngineDead):
+            log.warning("CPU voice worker %d (pid %s) did not answer a ping within %g s; killing and restarting it",
+                        worker.worker_id, worker.pid, PING_TIMEOUT_S)
+            worker.kill()
+            await self._restart(worker, "stuck_idle")
+
     async def _serve(self, worker: _Worker) -> None:
         while True:
-            job = await self._next()
-            if worker.process is None or worker.process.poll() is not None:
+            job = await self._next(self.check_interval_s)
+            if job is None:
+                await self._check_idle(worker)
+                continue
+            if not worker.alive:
                 # It died while idle: no job was lost. This one goes back (same place in the order) for
                 # another worker or for this one once it is back.
                 self._push(job)
                 log.warning("CPU voice worker %d (pid %s) died while idle; restarting it", worker.worker_id,
                             worker.pid)
-                await self._restart(worker)
+                await self._restart(worker, "died_idle")
                 continue
             worker.busy = True
             try:
-                reply = await worker.call(job.payload)
+                # A sentence takes well under a second; no answer within the job timeout means frozen or
+                # looping: only this job fails, the worker is killed and comes back.
+                reply = await asyncio.wait_for(worker.call(job.payload), self.job_timeout_s)
             except asyncio.CancelledError:  # stop(): the request awaiting this job must not wait forever
                 _settle(job.future, None, EngineUnavailable("CPU voice stopped"))
                 raise
+            except TimeoutError:
+                worker.busy = False
+                _settle(job.future, None, EngineDead(
+                    f"CPU voice worker {worker.worker_id} gave no answer within {self.job_timeout_s:g} s "
+                    "(engine_job_timeout_s): killed and restarting; retry"))
+                log.warning("CPU voice worker %d (pid %s) stuck on a job for %g s; killing and restarting it",
+                            worker.worker_id, worker.pid, self.job_timeout_s)
+                worker.kill()
+                await self._restart(worker, "stuck")
+                continue
             except EngineDead as e:
                 worker.busy = False
                 _settle(job.future, None, e)
                 log.warning("CPU voice worker %d (pid %s) died; restarting it", worker.worker_id, worker.pid)
-                await self._restart(worker)
+                await self._restart(worker, "died")
                 continue
             except Exception as e:  # a garbled reply: fail the job; the socket's framing is lost, so restart
                 worker.busy = False
                 log.exception("CPU voice worker %d sent a bad reply; restarting it", worker.worker_id)
                 _settle(job.future, None, EngineUnavailable(f"CPU voice failed: {type(e).__name__}: {e}"))
-                await self._restart(worker)
+                await self._restart(worker, "bad_reply")
                 continue
             finally:
                 worker.busy = False
@@ -298,7 +358,9 @@ class _VoiceProcesses:
             else:
                 _settle(job.future, None, EngineUnavailable(f"CPU voice failed: {reply[1]}"))
 
-    async def _restart(self, worker: _Worker) -> None:
+    async def _restart(self, worker: _Worker, cause: str) -> None:
+        if self.on_restart is not None:
+            self.on_restart(cause)
         delay = 0.5
         while True:
             try:
@@ -328,7 +390,10 @@ class CpuEngine:
 
     def __init__(self, config: Config):
         num = config.cpu.cpu_workers or os.cpu_count() or 1
-        self._pool = _VoiceProcesses(num, config.cpu.cpu_threads_per_worker)
+        self._pool = _VoiceProcesses(num, config.cpu.cpu_threads_per_worker,
+                                     job_timeout_s=config.limits.engine_job_timeout_s,
+                                     check_interval_s=config.limits.worker_check_interval_s)
+        self.max_active_requests = num * MAX_REQUESTS_PER_WORKER  # read by the service's admission
         self._status: str = "loading"
         self._detail = ""
         self._active: set[str] = set()
@@ -413,14 +478,24 @@ class CpuEngine:
             status: Literal["ok", "loading", "error"] = "loading" if self._status == "loading" else "error"
         else:  # serving while at least one worker is up (the others restart)
             status = "ok" if any(w.status == "ok" for w in self._pool.workers) else "error"
-        workers = tuple(WorkerHealth(worker_id=w.worker_id, status=w.status, device="cpu", in_flight=int(w.busy),
-                                     restarts=w.restarts, detail=w.detail) for w in self._pool.workers)
+        # a worker whose process is gone shows at once, before its serving task notices (within a check interval)
+        workers = tuple(WorkerHealth(worker_id=w.worker_id, status="restarting" if w.status == "ok" and not w.alive
+                                     else w.status, device="cpu", in_flight=int(w.busy), restarts=w.restarts,
+                                     detail=w.detail if w.alive or w.status != "ok" else "process exited")
+                        for w in self._pool.workers)
+        if status == "ok" and not any(w.status == "ok" for w in workers):
+            status = "error"
         return EngineHealth(status=status, detail=self._detail, workers=workers)
 
     def load(self) -> EngineLoad:
         n = self._pool.num_workers
         busy = min(self._pool.busy, n)
         return EngineLoad(pool_size=n, idle=n - busy, queued_segments=self._pool.queued, in_flight_segments=busy)
+
+    def attach_metrics(self, metrics: Metrics) -> None:
+        """/metrics: the queue depth (one series, the workers share one queue) and worker restarts by cause."""
+        metrics.queue_depth.labels(worker="cpu").set_function(lambda: float(self._pool.queued))
+        self._pool.on_restart = lambda cause: metrics.worker_restarts_total.labels(engine="cpu", cause=cause).inc()
 
     def worker_pids(self) -> list[int | None]:
         """The voice processes' ids, by worker (tests and operators: which process to look at)."""

@@ -10,7 +10,7 @@ import numpy as np
 from realtime_tts.config import Config
 from realtime_tts.engine.base import Engine, VoicePrompt
 from realtime_tts.engine.pool import EnginePool
-from realtime_tts.errors import BadRequest, NotFound
+from realtime_tts.errors import BadRequest, NotFound, Overloaded
 from realtime_tts.metrics import Metrics
 from realtime_tts.protocol import Params, SpeechRequest
 from realtime_tts.service.synthesis import Synthesis
@@ -24,7 +24,10 @@ class Service:
         self.config = config
         self.pool = pool
         self.metrics = metrics
+        self._active: dict[str, int] = {}  # open Synthesis objects per engine (admission: max_active_requests)
         for name, engine in pool.engines.items():
+            metrics.active_requests.labels(engine=name).set_function(
+                lambda e=engine: float(self._active.get(e.capabilities.engine, 0)))  # type: ignore[misc]
             # Engines with worker processes feed their own series (per-worker queue depth, step times, CUDA
             # graph hits/misses) from worker reports; the others get one queue_depth series here.
             attach = getattr(engine, "attach_metrics", None)
@@ -56,7 +59,21 @@ class Service:
         check = getattr(engine, "check", None)
         if check is not None:  # engines may refuse a request before any work is queued
             check(synth.segment_request(0, Unit(text=request.text or ".", start=0, end=0, first=True)))
+        self._admit(engine)
         return synth
+
+    def _admit(self, engine: Engine) -> None:
+        """Refuse a request at once (503 / 1013, retryable) when its engine already serves its limit of requests,
+        instead of letting every request queue behind the others (engines say their limit in
+        max_active_requests; none: no limit here, the engine's own queue limit still applies)."""
+        name = engine.capabilities.engine
+        limit = getattr(engine, "max_active_requests", 0)
+        active = self._active.get(name, 0)
+        if limit and active >= limit:
+            self.metrics.limit_refusals_total.labels(limit=f"{name}_active_requests").inc()
+            raise Overloaded(f"the {name!r} engine is serving {active} requests, as many as it takes; retry shortly",
+                             retry_after_ms=1000)
+        self._active[name] = active + 1
 
     async def encode_voice(self, engine: Engine, audio: np.ndarray, sample_rate: int, ref_text: str) -> VoicePrompt:
         return await engine.encode_voice(audio, sample_rate, ref_text)
@@ -69,6 +86,8 @@ class Service:
         if synth._recorded:
             return
         synth._recorded = True
+        name = synth.engine_name
+        self._active[name] = max(0, self._active.get(name, 0) - 1)
         m = self.metrics
         if synth.error is not None:
             status = synth.error.code  # errors_total is counted where the error is reported (api)

@@ -51,6 +51,7 @@ class Synthesis:
         self.params = params
         self.endpoint = endpoint
         self.sample_rate = engine.capabilities.sample_rate
+        self.engine_name = engine.capabilities.engine
         cfg = service.config
         self._buffer = SentenceBuffer(min_chars=cfg.text.min_chars,
                                       first_segment_min_chars=cfg.text.first_segment_min_chars,
@@ -189,13 +190,15 @@ class Synthesis:
         tasks = self._production.tasks() + ([spec.task] if spec is not None and spec.task is not None else [])
         tasks += ([self._splitter] if self._splitter is not None else []) + self._speculation.dropped
         self._abort_all()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if isinstance(exc, TTSError):
-            self.error = exc
-        elif exc is not None and not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
-            self.error = TTSError(str(exc))
-        self._service.record(self, disconnected=exc is not None and self.error is None)
+        try:
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:  # recorded even when this wait is cancelled (an HTTP client that left: Starlette cancels)
+            if isinstance(exc, TTSError):
+                self.error = exc
+            elif exc is not None and not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+                self.error = TTSError(str(exc))
+            self._service.record(self, disconnected=exc is not None and self.error is None)
 
     # -- stats ---------------------------------------------------------------------------------------------
 

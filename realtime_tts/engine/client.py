@@ -14,6 +14,7 @@ import queue
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -80,6 +81,8 @@ class _Worker:
     ready: asyncio.Future[None] | None = None
     stats: ipc.Stats | None = None
     restart_task: asyncio.Task[None] | None = None
+    last_heard: float = 0.0  # time.monotonic() of its last message (the watchdog's clock)
+    kill_reason: str | None = None  # why the watchdog killed it (its exit then says so)
 
 
 def _errors_by_code() -> dict[str, type[errors.TTSError]]:
@@ -202,6 +205,11 @@ class OmniVoiceEngine:
         self._started = False
         self._context = multiprocessing.get_context("spawn")
         self._stats_listeners: list[Callable[[ipc.Stats], None]] = []
+        self._job_timeout_s = config.limits.engine_job_timeout_s
+        self._check_interval_s = config.limits.worker_check_interval_s
+        self._watchdog: asyncio.Task[None] | None = None
+        self._ping_seq = 0
+        self._on_restart: Callable[[str], None] | None = None
         device = "cpu" if config.omnivoice.device == "cpu" else ("cuda" if count_gpus() else "cpu")
         self._capabilities = Capabilities(
             engine=ENGINE_NAME, model=os.path.basename(self._model_dir.rstrip("/")) or ENGINE_NAME,
@@ -230,6 +238,27 @@ class OmniVoiceEngine:
             await self.stop()
             raise errors.EngineUnavailable(f"omnivoice workers failed to start: {failures[0]}")
         self._started = True
+        self._watchdog = asyncio.create_task(self._watch(), name="omnivoice-watchdog")
+
+    async def _watch(self) -> None:
+        """A worker that says nothing gets a Ping (answered between two steps); one silent for
+        engine_job_timeout_s is frozen or stuck in a step: killed, so its exit fails its requests (engine_dead,
+        retryable) and it restarts, instead of its clients waiting forever."""
+        while not self._stopping:
+            await asyncio.sleep(self._check_interval_s)
+            now = time.monotonic()
+            for w in self._workers:
+                if w.status != "ok" or w.process is None or w.kill_reason is not None:
+                    continue
+                silent = now - w.last_heard
+                if silent >= self._job_timeout_s:
+                    w.kill_reason = (f"omnivoice worker {w.worker_id} ({w.device}) gave no sign of life for "
+                                     f"{silent:.1f} s (engine_job_timeout_s): killed and restarting; retry")
+                    log.error("%s", w.kill_reason)
+                    w.process.kill()  # its reader sees EOF: _on_exit fails its requests and restarts it
+                elif silent >= self._check_interval_s:
+                    self._ping_seq += 1
+                    self._send(w, ipc.Ping(self._ping_seq))
 
     async def _wait_ready(self, w: _Worker) -> None:
         assert w.ready is not None
@@ -241,6 +270,8 @@ class OmniVoiceEngine:
     async def stop(self) -> None:
         self._stopping = True
         self._started = False
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for w in self._workers:
             if w.restart_task is not None:
                 w.restart_task.cancel()
@@ -286,6 +317,8 @@ class OmniVoiceEngine:
         w.status = "loading" if w.restarts == 0 else "restarting"
         w.outbox = queue.SimpleQueue()
         w.stats = None
+        w.kill_reason = None
+        w.last_heard = time.monotonic()
         process.start()
         # Our copies of the child's ends must go, or EOF never arrives when the child dies.
         to_child_r.close()
@@ -340,6 +373,9 @@ class OmniVoiceEngine:
     def _on_message(self, w: _Worker, generation: int, message: ipc.FromWorker) -> None:
         if generation != w.generation:
             return
+        w.last_heard = time.monotonic()
+        if isinstance(message, ipc.Pong):
+            return
         if isinstance(message, ipc.Stats):
             w.stats = message
             for listener in self._stats_listeners:
@@ -366,7 +402,9 @@ class OmniVoiceEngine:
         if generation != w.generation or self._stopping:
             return
         w.outbox.put(None)  # ends this process's writer thread
-        reason = f"omnivoice worker {w.worker_id} ({w.device}) exited with code {exitcode}"
+        reason = w.kill_reason or f"omnivoice worker {w.worker_id} ({w.device}) exited with code {exitcode}"
+        if self._on_restart is not None:
+            self._on_restart("stuck" if w.kill_reason else "died")
         log.error("%s; failing %d in-flight request(s) and restarting it", reason, len(w.in_flight))
         self._fail_in_flight(w, reason)
         if w.ready is not None and not w.ready.done():
@@ -517,6 +555,7 @@ class OmniVoiceEngine:
         """Feed /metrics from worker reports: per-worker queue depth, every step's time, CUDA-graph hits and
         misses (worker counters restart at 0 with the process; only increases are counted)."""
         seen: dict[int, tuple[int, int]] = {}
+        self._on_restart = lambda cause: metrics.worker_restarts_total.labels(engine=ENGINE_NAME, cause=cause).inc()
 
         def record(stats: ipc.Stats) -> None:
             metrics.queue_depth.labels(worker=f"{ENGINE_NAME}-{stats.worker_id}").set(

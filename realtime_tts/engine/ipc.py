@@ -84,7 +84,14 @@ class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
     pass
 
 
-ToWorker = Submit | Abort | EncodeVoice | Shutdown
+class Ping(msgspec.Struct, tag="ping", frozen=True):
+    """Liveness check: the worker answers Pong between two steps (the web process's watchdog sends it when a
+    worker has been silent for a while)."""
+
+    seq: int
+
+
+ToWorker = Submit | Abort | EncodeVoice | Shutdown | Ping
 
 
 # --- worker → web process -------------------------------------------------------------------------------
@@ -149,7 +156,12 @@ class Fatal(msgspec.Struct, tag="fatal", frozen=True):
     message: str
 
 
-FromWorker = Ready | Audio | VoiceEncoded | Failed | Stats | Fatal
+class Pong(msgspec.Struct, tag="pong", frozen=True):
+    worker_id: int
+    seq: int
+
+
+FromWorker = Ready | Audio | VoiceEncoded | Failed | Stats | Fatal | Pong
 
 _encoder = msgspec.msgpack.Encoder()
 _to_worker = msgspec.msgpack.Decoder(ToWorker)

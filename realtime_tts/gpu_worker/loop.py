@@ -388,6 +388,8 @@ class WorkerLoop:
             self._encode_voice(message)
         elif isinstance(message, ipc.Shutdown):
             self.running = False
+        elif isinstance(message, ipc.Ping):
+            self.send(ipc.Pong(self.options.worker_id, message.seq))
 
     def _fail(self, request_id: str, exc: BaseException) -> None:
         if isinstance(exc, errors.TTSError):

@@ -46,7 +46,9 @@ def serve(cfg: config_mod.Config) -> int:
 
     logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(cfg), host=cfg.server.host, port=cfg.server.port, log_level=cfg.server.log_level,
-                ws_max_size=cfg.server.max_ws_message_bytes, lifespan="on",
+                # 16x the app's frame limit: frames between the two get the app's error frame before the 1009
+                # close (api/simple_ws); only larger ones are cut by the protocol layer itself
+                ws_max_size=16 * cfg.server.max_ws_message_bytes, lifespan="on",
                 # PCM barely compresses: per-message deflate only burned a fifth of the event loop's time
                 ws_per_message_deflate=False)
     return 0

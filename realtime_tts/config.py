@@ -111,7 +111,7 @@ class SecurityConfig:
 @dataclass(frozen=True)
 class LimitsConfig:
     max_buffered_chars: int = _doc("Text a streaming context may hold not yet spoken (received, not yet sent as "
-                                   "audio); more is refused (too_large) until audio catches up.", default=20_000)
+                                   "audio); more is refused (too_large) until audio catches up.", default=50_000)
     max_contexts_per_socket: int = _doc("Contexts open at once on one session-mode WebSocket.", default=16)
     max_connections: int = _doc("Open WebSockets plus HTTP requests in flight, in total (public /health and "
                                 "/metrics not counted); over it: 503 / close 1013; 0 = no limit.", default=1024)

@@ -11,7 +11,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from realtime_tts.errors import RateLimited, TooManyConnections
+from realtime_tts.errors import PayloadTooLarge, RateLimited, TooManyConnections
+
+
+def check_buffered(pending: int, incoming: int, limit: int) -> None:
+    """A streaming context may hold at most `limit` characters not yet spoken (config limits.max_buffered_chars);
+    raise PayloadTooLarge (413 / error frame + 1009, naming the field text) when `incoming` more would pass it.
+    limit 0: no limit."""
+    if limit and pending + incoming > limit:
+        raise PayloadTooLarge(f"text: {pending} characters are still waiting to be spoken and {incoming} more would "
+                              f"pass this context's limit of {limit} (max_buffered_chars); send more as audio "
+                              "catches up", field="text")
 
 
 class ConnectionLimiter:

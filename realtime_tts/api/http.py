@@ -35,8 +35,8 @@ def _headers(synth: Synthesis, req: SpeechRequest, *, partial: bool) -> dict[str
         "X-Stats": json.dumps(stats, separators=(",", ":")),
         "X-Request-Id": synth.id,
     }
-    if req.warnings:
-        headers["X-Warnings"] = json.dumps(list(req.warnings))
+    if req.warnings or synth.warnings:
+        headers["X-Warnings"] = json.dumps([*req.warnings, *synth.warnings])
     return headers
 
 

@@ -15,6 +15,7 @@ from realtime_tts import protocol
 from realtime_tts.api.errors import close_code
 from realtime_tts.api.ws_sender import WsSender
 from realtime_tts.errors import BadRequest, IdleTimeout, TTSError
+from realtime_tts.limits import check_buffered
 from realtime_tts.protocol import Warnings
 from realtime_tts.service import AudioFrame, SegmentEnded, SegmentStarted, Synthesis
 
@@ -72,9 +73,11 @@ class SimpleSession:
             self.warnings.add(req.warnings)
             synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True)
             self.synth = synth
+            self.warnings.add(synth.warnings)
             async with synth:
                 if self.incremental:
                     if req.text:
+                        self._check_buffered(synth, len(req.text))
                         synth.feed(req.text)
                     if first.get("cancel") is True:
                         synth.cancel()
@@ -112,6 +115,13 @@ class SimpleSession:
             await self._fail(TTSError(f"internal error: {type(e).__name__}"))
         finally:
             self.app.metrics.ws_closes_total.labels(code=str(code)).inc()
+
+    def _check_buffered(self, synth: Synthesis, incoming: int) -> None:
+        try:
+            check_buffered(synth.pending_chars, incoming, self.app.config.limits.max_buffered_chars)
+        except TTSError:
+            self.app.metrics.limit_refusals_total.labels(limit="max_buffered_chars").inc()
+            raise
 
     def _terminal(self, synth: Synthesis) -> dict[str, Any]:
         frame: dict[str, Any] = {"done": True, "sample_rate": synth.sample_rate}
@@ -167,6 +177,7 @@ class SimpleSession:
                     if msg.text and synth.ended:
                         self.warnings.add(("text received after end ignored",))
                     elif msg.text:
+                        self._check_buffered(synth, len(msg.text))
                         synth.feed(msg.text)
                     if msg.flush:
                         synth.flush()

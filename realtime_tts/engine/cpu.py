@@ -23,6 +23,7 @@ import struct
 import subprocess
 import sys
 import time
+import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ MODEL_ID = "hibari-heart"
 PRESETS = (VOICE, *OPENAI_VOICES)
 ENGLISH = ("en", "en-us", "en_us", "en-gb", "en_gb", "english", "auto")
 GPU_ENGINE = "omnivoice"
+# Request fields this voice has no use for (OmniVoice's sampling and length controls): answered with a warning.
+IGNORED_PARAMS = ("duration", "num_step", "guidance_scale", "temperature", "top_p")
 # Admission limit: jobs waiting for a worker, per worker (beyond it: Overloaded, retry later).
 MAX_QUEUED_PER_WORKER = 64
 # Requests served at once, per worker (the service refuses more at once: 503 / 1013). One worker makes ~50x real
@@ -68,6 +71,25 @@ LOAD_TIMEOUT_S = 120.0
 # An idle worker is pinged every worker_check_interval_s; one that does not answer within this long is frozen
 # (SIGSTOP, a hung library): killed and restarted before a request needs it.
 PING_TIMEOUT_S = 5.0
+
+
+def foreign_letters(text: str) -> str:
+    """The non-Latin letters of text when they are more than an English voice may skip quietly (a word of two or
+    more: "Hello 世界", three in all, or a fifth of its letters), else "". Latin letters with accents, digits,
+    punctuation, symbols, emoji and a stray letter (π) are fine: the G2P reads or skips them."""
+    letters = 0
+    foreign: list[str] = []
+    run = longest = 0
+    for ch in text:
+        latin = not ch.isalpha() or unicodedata.name(ch, "").startswith("LATIN")
+        letters += ch.isalpha()
+        run = 0 if latin else run + 1
+        longest = max(longest, run)
+        if not latin:
+            foreign.append(ch)
+    if foreign and (longest >= 2 or len(foreign) >= 3 or len(foreign) * 5 >= letters):
+        return "".join(foreign[:12])
+    return ""
 
 
 # -- the worker process ----------------------------------------------------------------------------------------
@@ -394,6 +416,7 @@ class CpuEngine:
                                      job_timeout_s=config.limits.engine_job_timeout_s,
                                      check_interval_s=config.limits.worker_check_interval_s)
         self.max_active_requests = num * MAX_REQUESTS_PER_WORKER  # read by the service's admission
+        self.ignored_params = IGNORED_PARAMS  # read by the service: warnings
         self._status: str = "loading"
         self._detail = ""
         self._active: set[str] = set()
@@ -432,6 +455,11 @@ class CpuEngine:
         if request.language is not None and request.language.lower() not in ENGLISH:
             raise BadRequest(f"language {request.language!r}: the CPU voice speaks English only (en); other "
                              f"languages need the {GPU_ENGINE!r} engine", field="language")
+        foreign = foreign_letters(request.text)
+        if foreign:
+            raise BadRequest(f"text: the CPU voice speaks English only and cannot say {foreign!r} (it would be "
+                             f"silence); text in other scripts needs the {GPU_ENGINE!r} engine (start the server "
+                             "with --model DIR and send model omnivoice)", field="text")
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[AudioChunk]:
         self.check(request)

@@ -63,6 +63,7 @@ class Output:
             production.live.pop(seg.index, None)
             production.lookahead.release()
             stats.num_segments += 1
+            stats.text_done = max(stats.text_done, seg.unit.end)
             if wants_events():
                 yield SegmentEnded(seg.index, stats.samples_out, queue_ms, gen_ms)
         if production.cancelled:

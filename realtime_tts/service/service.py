@@ -60,6 +60,9 @@ class Service:
         if check is not None:  # engines may refuse a request before any work is queued
             check(synth.segment_request(0, Unit(text=request.text or ".", start=0, end=0, first=True)))
         self._admit(engine)
+        ignored = getattr(engine, "ignored_params", ())
+        synth.warnings = tuple(f"{name} is ignored by the {engine.capabilities.engine!r} engine"
+                               for name in ignored if getattr(params, name, None) is not None)
         return synth
 
     def _admit(self, engine: Engine) -> None:

@@ -49,6 +49,7 @@ class Stats:
         self.t_end: float | None = None
         self.samples_out = 0
         self.num_segments = 0
+        self.text_done = 0  # text offset where the last finished segment ends (what is spoken, for limits)
         self.first_queue_ms: float | None = None
         self.batch_sizes: list[int] = []
         self.rss_start = rss_bytes()

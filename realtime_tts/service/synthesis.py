@@ -52,6 +52,7 @@ class Synthesis:
         self.endpoint = endpoint
         self.sample_rate = engine.capabilities.sample_rate
         self.engine_name = engine.capabilities.engine
+        self.warnings: tuple[str, ...] = ()  # set by Service.open: request fields this engine ignores
         cfg = service.config
         self._buffer = SentenceBuffer(min_chars=cfg.text.min_chars,
                                       first_segment_min_chars=cfg.text.first_segment_min_chars,
@@ -205,6 +206,11 @@ class Synthesis:
     @property
     def num_chars(self) -> int:
         return self._stats.num_chars
+
+    @property
+    def pending_chars(self) -> int:
+        """Text received but not yet spoken (its segment has not finished): what limits.check_buffered bounds."""
+        return max(0, self._stats.num_chars - self._stats.text_done)
 
     @property
     def t_start(self) -> float:

@@ -22,6 +22,8 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,6 +81,43 @@ def parse_keys(spec: str | None, file: str | None = None) -> dict[str, str]:
             raise ConfigError(f"api key {name!r} repeats the key of another name")
         keys[name] = key
     return keys
+
+
+_SECRET_IN_TEXT = re.compile(
+    r"((?:[?&](?:" + "|".join(QUERY_PARAMS) + r")=)|(?:(?:authorization|x-api-key|xi-api-key)[\"']?\s*[:=,]\s*"
+    r"[\"']?(?:bearer |token |basic )?))[^\s&\"',)]+", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """text with credentials in URLs (?token=..., ?api_key=...) and in header dumps (authorization: ...) masked."""
+    return _SECRET_IN_TEXT.sub(lambda m: m.group(1) + "***", text)
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter for handlers: masks credentials in every record (uvicorn's access log prints the query
+    string of every request, a refused ?api_key=... too; its debug log prints request headers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple):
+            # its formatter reads the args (client, method, path, ...): mask each, keep the tuple
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 — a broken record is logging's to report, not ours
+            return True
+        masked = redact(message)
+        if masked != message:
+            record.msg, record.args = masked, ()
+        return True
+
+
+def install_log_redaction() -> None:
+    """Add RedactingFilter to every handler of the root and uvicorn loggers (idempotent)."""
+    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+                handler.addFilter(RedactingFilter())
 
 
 def _b64(data: bytes) -> str:

@@ -34,7 +34,8 @@ PUBLIC = {"/health"}  # the default: /health public, /metrics not
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("auth"), env=ENV)
+    # debug logging: the strictest check that no key ever reaches the log
+    srv = start_server(tmp_path_factory.mktemp("auth"), "--log-level", "debug", env=ENV)
     yield srv
     stop_server(srv)
     log = srv.log()

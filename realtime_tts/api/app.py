@@ -30,7 +30,7 @@ from realtime_tts.api.errors import error_response
 from realtime_tts.api.guard import Guard, principal_of
 from realtime_tts.api.http import _form, _json_body, respond
 from realtime_tts.api.simple_ws import SimpleSession
-from realtime_tts.auth import ANONYMOUS, Authenticator
+from realtime_tts.auth import ANONYMOUS, Authenticator, install_log_redaction
 from realtime_tts.config import Config
 from realtime_tts.engine.pool import EnginePool
 from realtime_tts.errors import BadRequest, NotFound, TTSError
@@ -182,6 +182,7 @@ def create_app(config: Config) -> Starlette:
         # jieba's dictionary (~1-2 s of CPU) loads on a thread while the voice workers load, so the first
         # Chinese text is not split on the event loop with a cold jieba; readiness never waits for it.
         threading.Thread(target=_warm_text, name="text-warm-up", daemon=True).start()
+        install_log_redaction()  # uvicorn's handlers exist by now: keys in URLs or headers never reach a log
         await state.pool.start()
         try:
             yield

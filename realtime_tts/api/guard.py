@@ -92,6 +92,7 @@ class Guard:
             await self._refuse(scope, receive, send, self.connections.refusal(hit))
             return
         self.metrics.key_requests_total.labels(key=principal.name).inc()
+        log.debug("%s %s as %s (via %s)", kind, scope["path"], principal.name, principal.via)  # the name, never a key
         scope.setdefault("state", {})["principal"] = principal
         self.metrics.connections.inc()
         try:

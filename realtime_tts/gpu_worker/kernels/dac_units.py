@@ -33,7 +33,7 @@ class UnitLaunch:
     num_stages: int = 1
 
 
-# By channel tile (block_channels). Picked from the sm_90 builds (tests/engine/test_dac_units.py): every option
+# By channel tile (block_channels). Picked from the sm_90 builds (tests/gpu_worker/test_dac_units.py): every option
 # below builds without spills; at C=32, T_BLOCK 128 with 4 warps needs 244 registers a thread (the 7 tap loads
 # are all in flight), with 8 warps 128; at C=64, 128/4 spills, 128/8 sits at 255 registers, 64/4 takes 186.
 # On the H200, T_BLOCK 64 / 4 warps or 128 / 8 warps for every channel count decoded within 1 ms of this table

@@ -1,10 +1,11 @@
 """Wire audio for every entry point: engine PCM chunks → resampled (soxr), sample-encoded (s16le, f32le,
 G.711 mu-law / a-law) and, for containers, streamed through FFmpeg encoders (PyAV: mp3, ogg/opus, adts/aac,
-flac) or a streamed WAV header. Runs in the web process: numpy, soxr, av only; never torch.
+flac) or a streamed WAV header. Runs in the web process: numpy, soxr, av (and audio.py); never torch.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ import av
 import numpy as np
 import soxr
 
+from realtime_tts.audio import from_pcm16, to_int16
 from realtime_tts.errors import BadRequest
 
 MIN_SAMPLE_RATE_HZ = 8000
@@ -149,12 +151,6 @@ class _G711:
         return b"".join(bytes(p) for p in self._ctx.encode(frame))
 
 
-def _to_int16(samples: np.ndarray) -> np.ndarray:
-    # Same scale as audio.to_pcm16 (x 32767, clipped), so s16 output at the engine rate is bit-exact.
-    out: np.ndarray = (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2")
-    return out
-
-
 def wav_header(sample_rate: int, encoding: str = "pcm_s16le", num_samples: int | None = None) -> bytes:
     """A mono WAV header for `encoding`. num_samples None → the largest sizes a RIFF header can state, the
     usual convention for a WAV streamed before its length is known (players read until the stream ends)."""
@@ -185,13 +181,17 @@ class _Sink:
 
 
 class _Encoder:
-    """One streaming codec + muxer (PyAV). PyAV re-chunks pushed frames to the encoder's frame size."""
+    """One streaming codec + muxer (PyAV). PyAV re-chunks pushed frames to the encoder's frame size.
+    seekable: mux into memory that FFmpeg may seek in, so the muxer completes its header at the end (FLAC
+    STREAMINFO length, the mp3 Xing frame); everything then comes out of finish()."""
 
-    def __init__(self, codec: _Codec, sample_rate: int, bit_rate: int | None):
+    def __init__(self, codec: _Codec, sample_rate: int, bit_rate: int | None, *, seekable: bool):
         self._codec = codec
         self._rate = sample_rate
         self._sink = _Sink()
-        self._container: Any = av.open(self._sink, "w", format=codec.muxer, container_options=codec.options)
+        self._file: io.BytesIO | None = io.BytesIO() if seekable else None
+        self._container: Any = av.open(self._file or self._sink, "w", format=codec.muxer,
+                                       container_options=codec.options)
         self._stream: Any = self._container.add_stream(codec.codec, rate=sample_rate, layout="mono")
         ctx = self._stream.codec_context
         ctx.format = codec.sample_format
@@ -202,7 +202,7 @@ class _Encoder:
     def push(self, samples: np.ndarray) -> bytes:
         if len(samples):
             if self._codec.sample_format == "s16":
-                frame = av.AudioFrame.from_ndarray(_to_int16(samples).reshape(1, -1), format="s16", layout="mono")
+                frame = av.AudioFrame.from_ndarray(to_int16(samples).reshape(1, -1), format="s16", layout="mono")
             else:
                 frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples, np.float32).reshape(1, -1),
                                                    format=self._codec.sample_format, layout="mono")
@@ -217,7 +217,7 @@ class _Encoder:
         for packet in self._stream.encode(None):
             self._container.mux(packet)
         self._container.close()
-        return self._sink.take()
+        return self._file.getvalue() if self._file is not None else self._sink.take()
 
     def close(self) -> None:
         """Free the FFmpeg state without flushing (a cancelled or failed stream)."""
@@ -230,43 +230,59 @@ class AudioOutput:
     trailer). Raises BadRequest at construction for a format it cannot produce.
 
     push() takes int16 little-endian bytes (service.AudioFrame.pcm) or a numpy array (float32 in [-1, 1], or
-    int16) at `source_rate`. Encoding is CPU work (~1 ms per 100 ms of mp3 audio): fine per frame on the
-    event loop; whole files belong in a thread.
+    int16) at `source_rate`. Codec encoding is CPU work (~1 ms per 100 ms of audio, see `encodes`).
+
+    whole=True is for a buffered body: push() returns nothing and finish() the complete file, with the
+    lengths a streamed header cannot know (WAV sizes, FLAC total samples, the mp3 Xing frame).
     """
 
-    def __init__(self, fmt: OutputFormat, *, source_rate: int, field: str = "sample_rate"):
+    def __init__(self, fmt: OutputFormat, *, source_rate: int, field: str = "sample_rate", whole: bool = False):
         fmt.check(field)
         self.format = fmt
         self.sample_rate = fmt.sample_rate
         self.content_type = fmt.content_type
+        self.encodes = fmt.container in _CODECS  # True: push() runs a codec (callers may move it off the loop)
+        self._whole = whole
+        self._held = bytearray()  # whole: the body so far
         self._resampler = Resampler(source_rate, fmt.sample_rate)
         self._passthrough = source_rate == fmt.sample_rate and fmt.encoding == "pcm_s16le" \
             and fmt.container in ("raw", "wav")
-        self._header = wav_header(fmt.sample_rate, fmt.encoding) if fmt.container == "wav" else b""
+        self._header = wav_header(fmt.sample_rate, fmt.encoding) if fmt.container == "wav" and not whole else b""
         self._g711 = _G711(fmt.encoding, fmt.sample_rate) \
             if fmt.container in ("raw", "wav") and fmt.encoding in ("pcm_mulaw", "pcm_alaw") else None
         codec = _CODECS.get(fmt.container)
         self._encoder = None if codec is None else _Encoder(
-            codec, fmt.sample_rate, fmt.bit_rate or _DEFAULT_BIT_RATES.get(fmt.container))
+            codec, fmt.sample_rate, fmt.bit_rate or _DEFAULT_BIT_RATES.get(fmt.container), seekable=whole)
         self._finished = False
         self.samples_out = 0  # at the output rate
 
     def push(self, pcm: bytes | np.ndarray) -> bytes:
         if self._passthrough and isinstance(pcm, bytes):
             self.samples_out += len(pcm) // 2
-            return self._take_header() + pcm
-        return self._emit(self._resampler.push(_as_float(pcm)))
+            return self._hold(self._take_header() + pcm)
+        return self._hold(self._emit(self._resampler.push(_as_float(pcm))))
 
     def finish(self) -> bytes:
-        """The tail of the stream; call once. A stream with no audio is still valid (WAV header, empty
-        container)."""
+        """The tail of the stream (whole: the complete file); call once. A stream with no audio is still
+        valid (WAV header, empty container)."""
         if self._finished:
             return b""
         self._finished = True
-        out = self._emit(self._resampler.finish())
+        out = self._hold(self._emit(self._resampler.finish()))
         if self._encoder is not None:
             out += self._encoder.finish()
+        if self._whole:
+            header = wav_header(self.sample_rate, self.format.encoding, self.samples_out) \
+                if self.format.container == "wav" else b""
+            out = header + bytes(self._held) + out
+            self._held.clear()
         return out
+
+    def _hold(self, data: bytes) -> bytes:
+        if not self._whole:
+            return data
+        self._held += data
+        return b""
 
     def close(self) -> None:
         """Drop the stream without its tail (cancel, client gone): frees the encoder."""
@@ -286,15 +302,16 @@ class AudioOutput:
         if enc == "pcm_f32le":
             body = np.clip(samples, -1.0, 1.0).astype("<f4").tobytes()
         elif self._g711 is not None:
-            body = self._g711.encode(_to_int16(samples))
+            body = self._g711.encode(to_int16(samples))
         else:
-            body = _to_int16(samples).tobytes()
+            body = to_int16(samples).tobytes()
         return self._take_header() + body
 
 
 def _as_float(pcm: bytes | np.ndarray) -> np.ndarray:
-    if isinstance(pcm, bytes | bytearray | memoryview):
-        pcm = np.frombuffer(pcm, dtype="<i2")
+    # the scale of audio.to_int16 / from_pcm16 (x 32767), so s16 output at the engine rate is bit-exact
+    if isinstance(pcm, bytes):
+        return from_pcm16(pcm)
     if pcm.dtype == np.int16:
         return pcm.astype(np.float32) / 32767.0
     return np.ascontiguousarray(pcm, dtype=np.float32)

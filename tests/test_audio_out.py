@@ -5,6 +5,7 @@ and for streamed FLAC, whose unknown length (STREAMINFO total 0, valid FLAC) mak
 from __future__ import annotations
 
 import io
+import wave
 
 import av
 import numpy as np
@@ -100,6 +101,27 @@ def test_raw_encodings_decode_to_the_resampled_signal(encoding: str, subtype: st
     with sf.SoundFile(io.BytesIO(wav)) as f:
         assert (f.samplerate, f.subtype) == (rate, subtype)
         assert np.abs(np.concatenate(list(f.blocks(4096, dtype="float32"))) - ref).max() < tol
+
+
+def test_streamed_wav_plays_with_the_stdlib_reader_and_whole_wav_states_its_length() -> None:
+    pcm = (tone(0.25) * 32767).astype("<i2").tobytes()
+    streamed = b"".join(stream(OutputFormat(container="wav", sample_rate=SR), [np.frombuffer(pcm, "<i2")]))
+    with wave.open(io.BytesIO(streamed)) as w:
+        assert w.getframerate() == SR and w.getsampwidth() == 2 and w.getnchannels() == 1
+        assert w.readframes(100_000) == pcm
+    whole = AudioOutput(OutputFormat(container="wav", sample_rate=16000), source_rate=SR, whole=True)
+    assert whole.push(pcm) == b""
+    data = whole.finish()
+    assert sf.info(io.BytesIO(data)).frames == whole.samples_out == len(pcm) // 2 * 2 // 3
+
+
+def test_whole_flac_and_mp3_complete_their_headers() -> None:
+    x = tone(1.0)
+    for container in ("flac", "mp3"):
+        out = AudioOutput(OutputFormat(container=container, sample_rate=SR), source_rate=SR, whole=True)
+        assert all(out.push(p) == b"" for p in chunks(x))
+        info = sf.info(io.BytesIO(out.finish()))  # libsndfile reads a whole FLAC, which it cannot streamed
+        assert info.samplerate == SR and abs(info.frames - SR) < 0.1 * SR, (container, info.frames)
 
 
 def test_engine_rate_s16_passes_bytes_through() -> None:

@@ -313,6 +313,12 @@ def parse_speech(obj: Mapping[str, Any], *, max_chars: int, formats: tuple[str, 
     """POST /v1/audio/speech (OpenAI fields; "input", or "text" as an alias) and the multipart endpoints.
     Without response_format: default_format, except with "stream": true (omnivoice-triton-server's SSE, whose
     deltas are raw PCM16): pcm."""
+    voice = obj.get("voice")
+    if isinstance(voice, Mapping):  # the OpenAI SDK's custom voice reference {"id": "voice_1234"}
+        voice_ref = voice.get("id")
+        if not isinstance(voice_ref, str) or not voice_ref.strip():
+            raise BadRequest('voice as an object needs "id" (a non-empty string)', field="voice")
+        obj = {**obj, "voice": voice_ref}
     r = _Reader(obj, allowed, coerce=coerce)
     text_field = "input" if r.present("input") or not r.present("text") else "text"
     text = _text(r, text_field, max_chars, required=True)

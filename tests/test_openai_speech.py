@@ -68,6 +68,13 @@ def test_every_openai_voice_is_accepted(client: openai.OpenAI, voice: str) -> No
     assert len(audio.content) > SAMPLE_RATE // 5  # > 0.1 s of int16 audio
 
 
+def test_voice_object_is_a_voice_reference(client: openai.OpenAI, server: Server) -> None:
+    audio = client.audio.speech.create(model="tts-1", voice={"id": "alloy"}, input="Hi.", response_format="pcm")
+    assert len(audio.content) > SAMPLE_RATE // 5
+    r = httpx.post(f"{server.http}/v1/audio/speech", json={"input": "Hi.", "voice": {"name": "x"}})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "voice"
+
+
 @pytest.mark.parametrize("fmt,rate", [("pcm", 8000), ("pcm", 44100), ("wav", 16000), ("mp3", 22050),
                                       ("flac", 48000), ("opus", 48000)])
 def test_sample_rate_is_resampled(server: Server, fmt: str, rate: int) -> None:

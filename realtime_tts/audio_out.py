@@ -230,7 +230,8 @@ class AudioOutput:
     trailer). Raises BadRequest at construction for a format it cannot produce.
 
     push() takes int16 little-endian bytes (service.AudioFrame.pcm) or a numpy array (float32 in [-1, 1], or
-    int16) at `source_rate`. Codec encoding is CPU work (~1 ms per 100 ms of audio, see `encodes`).
+    int16) at `source_rate`. Codec encoding is CPU work: 11-21 ms of CPU per second of mp3/opus/aac audio, up
+    to ~5 ms (aac's first: ~20 ms) for one 120 ms push (bench/audio_out.py); raw encodings well under 1 ms.
 
     whole=True is for a buffered body: push() returns nothing and finish() the complete file, with the
     lengths a streamed header cannot know (WAV sizes, FLAC total samples, the mp3 Xing frame).

@@ -178,6 +178,19 @@ def test_resampler_identity_and_tail() -> None:
     assert total == len(x) // 3
 
 
+@pytest.mark.parametrize("container", ["mp3", "opus", "aac", "flac"])
+def test_close_frees_an_encoder_at_any_point(container: str) -> None:
+    fmt = OutputFormat(container=container, sample_rate=SR)
+    for whole in (False, True):
+        fresh = AudioOutput(fmt, source_rate=SR, whole=whole)
+        fresh.close()
+        assert fresh.finish() == b""  # closed: no tail afterwards
+        used = AudioOutput(fmt, source_rate=SR, whole=whole)
+        used.push(tone(0.3))
+        used.close()
+        used.close()
+
+
 def test_empty_streams_are_valid() -> None:
     assert AudioOutput(OutputFormat(container="wav", sample_rate=16000), source_rate=SR).finish() == \
         wav_header(16000)

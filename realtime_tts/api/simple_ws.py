@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from realtime_tts import protocol
 from realtime_tts.api.errors import close_code
 from realtime_tts.api.ws_sender import WsSender
+from realtime_tts.audio_out import AudioOutput, OutputFormat
 from realtime_tts.errors import BadRequest, IdleTimeout, TTSError
 from realtime_tts.limits import check_buffered
 from realtime_tts.protocol import Warnings
@@ -40,6 +41,7 @@ class SimpleSession:
         self.disconnected = False
         self.max_bytes = app.config.server.max_ws_message_bytes
         self.max_chars = app.config.text.max_text_chars
+        self.out: AudioOutput  # the wire encoding, built once the request frame is parsed
         lim = app.config.limits
         self.sender = WsSender(ws, metrics=app.metrics, max_ahead_s=lim.ws_max_audio_ahead_s,
                                send_timeout_s=lim.ws_send_timeout_s, on_stalled=self._stalled)
@@ -74,6 +76,9 @@ class SimpleSession:
             synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True)
             self.synth = synth
             self.warnings.add(synth.warnings)
+            self.out = AudioOutput(OutputFormat(container="raw", encoding=req.encoding,
+                                                sample_rate=req.params.sample_rate or synth.sample_rate),
+                                   source_rate=synth.sample_rate)
             async with synth:
                 if self.incremental:
                     if req.text:
@@ -124,7 +129,7 @@ class SimpleSession:
             raise
 
     def _terminal(self, synth: Synthesis) -> dict[str, Any]:
-        frame: dict[str, Any] = {"done": True, "sample_rate": synth.sample_rate}
+        frame: dict[str, Any] = {"done": True, "sample_rate": self.out.sample_rate}
         if self.incremental:
             frame["sentences"] = synth.num_segments
         frame["reason"] = "cancelled" if synth.cancelled else "end"
@@ -191,13 +196,28 @@ class SimpleSession:
 
     async def _write(self, synth: Synthesis) -> None:
         events = synth.params.events
+        out = self.out
         async for ev in synth.events():
             if isinstance(ev, AudioFrame):
-                await self.sender.audio(ev.pcm, synth.sample_rate)
+                data = out.push(ev.pcm)  # raw encodings only: microseconds per frame, fine on the loop
+                if data:
+                    # paced by the frame's duration (the engine's PCM16), whatever the wire encoding
+                    await self.sender.audio(data, len(ev.pcm) / 2 / synth.sample_rate)
             elif events and isinstance(ev, SegmentStarted):
-                await self._send_json({"type": "segment.start", **dataclasses.asdict(ev)})
+                await self._send_json({"type": "segment.start", **self._at_wire_rate(ev, synth)})
             elif events and isinstance(ev, SegmentEnded):
-                await self._send_json({"type": "segment.end", **dataclasses.asdict(ev)})
+                await self._send_json({"type": "segment.end", **self._at_wire_rate(ev, synth)})
+        tail = out.finish() if not synth.cancelled else b""  # the resampler's last few ms
+        if tail:
+            await self.sender.audio(tail, 0.0)
+
+    def _at_wire_rate(self, ev: SegmentStarted | SegmentEnded, synth: Synthesis) -> dict[str, Any]:
+        """A segment event with its sample offsets counted at the rate the client receives."""
+        obj = dataclasses.asdict(ev)
+        for key in ("audio_start_sample", "audio_end_sample"):
+            if key in obj:
+                obj[key] = round(obj[key] * self.out.sample_rate / synth.sample_rate)
+        return obj
 
     async def _send_json(self, obj: dict[str, Any]) -> None:
         await self.sender.json(obj)

@@ -80,14 +80,15 @@ class WsSender:
 
     # -- the producer's side ----------------------------------------------------------------------------------
 
-    async def audio(self, pcm: bytes, sample_rate: int, *, paced: bool = True) -> None:
-        """Queue one PCM16 frame; waits while the stream is max_ahead_s ahead of its play clock."""
+    async def audio(self, data: bytes, seconds: float, *, paced: bool = True) -> None:
+        """Queue one audio frame (any wire encoding) that plays for `seconds`; waits while the stream is
+        max_ahead_s ahead of its play clock."""
         if paced and self.max_ahead_s > 0:
             over = self.clock.ahead() - self.max_ahead_s
             if over > 0:
                 await asyncio.sleep(over)
-        self.clock.add(len(pcm) / 2 / sample_rate)
-        await self._put("bytes", pcm)
+        self.clock.add(seconds)
+        await self._put("bytes", data)
 
     async def json(self, obj: dict[str, Any]) -> None:
         await self._put("text", json.dumps(obj, separators=(",", ":")))

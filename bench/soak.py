@@ -25,11 +25,9 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 import httpx
@@ -38,7 +36,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model  # bench/machine.py
+from machine import cpu_model, free_port, serve, versions  # bench/machine.py
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_RATE = 24_000
@@ -99,9 +97,7 @@ async def ws_simple(c: Ctx) -> Outcome:
     async with connect(c.ws + "/v1/stream", max_size=None) as ws:
         await ws.send(json.dumps({"text": c.rng.choice(TEXTS), "seed": c.rng.randrange(1000)}))
         out, terminal = await _ws_read(ws, t0)
-    if out.status == "ok" and terminal.get("reason") != "end":
-        out.status = "error no terminal frame"
-    return out
+    return _expect(out, terminal, "end")
 
 
 async def ws_text(c: Ctx) -> Outcome:
@@ -119,9 +115,7 @@ async def ws_text(c: Ctx) -> Outcome:
         feeder = asyncio.create_task(feed())
         out, terminal = await _ws_read(ws, t0)
         feeder.cancel()
-    if out.status == "ok" and terminal.get("reason") != "end":
-        out.status = "error no terminal frame"
-    return out
+    return _expect(out, terminal, "end")
 
 
 async def ws_cancel(c: Ctx) -> Outcome:
@@ -134,9 +128,7 @@ async def ws_cancel(c: Ctx) -> Outcome:
             return Outcome("refused" if "overloaded" in first else f"error {first[:80]}")
         await ws.send(json.dumps({"cancel": True}))
         out, terminal = await _ws_read(ws, t0)
-    if out.status == "ok" and terminal.get("reason") != "cancelled":
-        out.status = f"error cancel ended {terminal.get('reason')}"
-    return out
+    return _expect(out, terminal, "cancelled")
 
 
 async def ws_disconnect(c: Ctx) -> Outcome:
@@ -195,6 +187,17 @@ async def http_sse(c: Ctx) -> Outcome:
 
 async def http_abort(c: Ctx) -> Outcome:
     return await _http(c, {"input": TEXTS[2], "response_format": "pcm"}, abort=True)
+
+
+def VERSIONS() -> str:
+    return versions("hibari-tts", "uvicorn", "starlette", "websockets")
+
+
+def _expect(out: Outcome, terminal: dict[str, object], reason: str) -> Outcome:
+    """An ok outcome whose terminal frame did not give `reason` is an error."""
+    if out.status == "ok" and terminal.get("reason") != reason:
+        out.status = f"error terminal reason {terminal.get('reason')!r}, expected {reason!r}"
+    return out
 
 
 Scenario = Callable[[Ctx], Awaitable[Outcome]]
@@ -344,36 +347,6 @@ def server_metrics(http: str, headers: dict[str, str]) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(keep)]
 
 
-def versions() -> str:
-    def v(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "-"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=False).stdout.strip()
-    return (f"python {platform.python_version()}, hibari-tts {v('hibari-tts')}, uvicorn {v('uvicorn')}, "
-            f"starlette {v('starlette')}, websockets {v('websockets')}, realtime_tts {commit}")
-
-
-def start_server(port: int, workers: int) -> subprocess.Popen[bytes]:
-    log = open(Path(tempfile.gettempdir()) / f"soak-server-{port}.log", "wb")  # noqa: SIM115 — as long as the server
-    env = {**os.environ, "PYTHONPATH": str(REPO), "REALTIME_TTS_PUBLIC_METRICS": "true"}
-    proc = subprocess.Popen([sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port), "--log-level",
-                             "warning", "--cpu-workers", str(workers)], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("server did not start")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
@@ -396,8 +369,8 @@ def main() -> None:
         pid = next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
                    and c.status == psutil.CONN_LISTEN and c.pid)
     else:
-        port = _free_port()
-        proc = start_server(port, args.workers)
+        port = free_port()
+        proc = serve(port, "--cpu-workers", str(args.workers), env={"REALTIME_TTS_PUBLIC_METRICS": "true"})
         http, pid = f"http://127.0.0.1:{port}", proc.pid
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     results: dict[str, list[Outcome]] = {}
@@ -445,20 +418,12 @@ async def _mean_audio(c: Ctx) -> float:
     return sum(w * (full * 0.1 if n in cheap else full) for n, w in weights.items()) / sum(weights.values())
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def write_report(args: argparse.Namespace, rows: list[str], mem: list[str], growth: dict[str, float], errors: int,
                  refused: int, kinds: list[str], total: int, capacity: float, rate: float, metrics: list[str],
                  healthy: object, load_before: tuple[float, float, float]) -> None:
     out = Path(args.out)
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    commit = versions().rsplit(" ", 1)[-1]
+    commit = VERSIONS().rsplit(" ", 1)[-1]
     worker_growth = [v for k, v in growth.items() if k.startswith("worker")]
     history_row = (f"| {now} | {commit} | {args.minutes:g} | {args.fraction:g} | {total} | {errors} | {refused} | "
                    f"{growth.get('server', float('nan')):+.2f}% | "
@@ -475,7 +440,7 @@ def write_report(args: argparse.Namespace, rows: list[str], mem: list[str], grow
         f"- command: `{cmd.strip()}`",
         f"- date: {now}",
         f"- machine: {platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} logical cores",
-        f"- versions: {versions()}",
+        f"- versions: {VERSIONS()}",
         (f"- load average before (1/5/15 min): {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f} "
          "(a shared machine: other work inflates first-audio times, not memory)"),
         (f"- capacity measured first: {capacity:.1f} s of audio per s; offered {args.fraction:g} of it: "

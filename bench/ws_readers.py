@@ -19,9 +19,7 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,25 +29,11 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model  # bench/machine.py
+from machine import cpu_model, free_port, serve, versions  # bench/machine.py
 
 REPO = Path(__file__).resolve().parents[1]
 RATE = 24_000
 SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank. "  # ~3.3 s of speech
-
-
-def start(port: int) -> subprocess.Popen[bytes]:
-    log = open(Path(tempfile.gettempdir()) / f"ws-readers-{port}.log", "wb")  # noqa: SIM115 — as long as the server
-    env = {**os.environ, "PYTHONPATH": str(REPO), "REALTIME_TTS_PUBLIC_METRICS": "true"}
-    proc = subprocess.Popen([sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port), "--cpu-workers",
-                             "1", "--log-level", "warning"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(400):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    raise SystemExit("server did not start")
 
 
 def paced(port: int, audio_s: float) -> dict[str, object]:
@@ -114,20 +98,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--audio-s", type=float, default=120.0)
     args = ap.parse_args()
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = start(port)
+    port = free_port()
+    proc = serve(port, "--cpu-workers", "1", env={"REALTIME_TTS_PUBLIC_METRICS": "true"})
     try:
         p = paced(port, args.audio_s)
         st = stopped(port, psutil.Process(proc.pid))
     finally:
         proc.terminate()
         proc.wait(30)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=False).stdout.strip()
+    commit = versions().rsplit(" ", 1)[-1]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     rows = [
         "| client | result |", "|---|---|",

@@ -104,6 +104,17 @@ def test_a_client_that_stops_reading_is_closed_with_a_reason_and_memory_stays_bo
         assert growth_mb < 60, f"server memory grew {growth_mb:.0f} MB behind a stopped reader"
         print(f"stopped reader closed after {detected_s:.1f} s; {frames} buffered frames read after; "
               f"RSS growth {growth_mb:.1f} MB")
+        # a client that never reads again is cut: its connection is gone within the grace, not held open
+        with connect(f"{srv.ws}/v1/stream", sock=_small_buffer_socket(srv.port), max_size=None, max_queue=4) as ws2:
+            ws2.send(json.dumps({"text": text, "seed": 2}))
+            assert isinstance(ws2.recv(timeout=30), bytes)
+            t_stop = time.monotonic()
+            while _metric(srv.http, "realtime_tts_ws_connections ") > 0:
+                assert time.monotonic() - t_stop < 40, "a stopped reader's connection was held open"
+                time.sleep(0.2)
+            cut_s = time.monotonic() - t_stop
+        assert _metric(srv.http, 'realtime_tts_limit_refusals_total{limit="ws_send_timeout"}') == 2
+        print(f"a reader that never resumed: connection gone {cut_s:.1f} s after it stopped reading")
         # the server serves others normally afterwards
         r = httpx.post(srv.http + "/v1/audio/speech", json={"input": "Still here.", "response_format": "pcm"},
                        timeout=60)

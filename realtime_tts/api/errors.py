@@ -19,7 +19,8 @@ def error_body(e: TTSError) -> dict[str, Any]:
 def error_response(e: TTSError, metrics: Metrics | None = None) -> JSONResponse:
     if metrics is not None:
         metrics.errors_total.labels(code=e.code).inc()
-    headers = {"Retry-After": str(max(1, e.retry_after_ms // 1000))} if e.retry_after_ms else None
+    # whole seconds, rounded up: a client that waits what it is told is never early
+    headers = {"Retry-After": str(max(1, -(-e.retry_after_ms // 1000)))} if e.retry_after_ms else None
     return JSONResponse(error_body(e), status_code=e.status, headers=headers)
 
 

@@ -58,7 +58,7 @@ class SimpleSession:
         try:
             await self._run()
         finally:
-            self.sender.cancel()
+            await self.sender.aclose()
 
     async def _run(self) -> None:
         code = 1000

@@ -45,7 +45,7 @@ QUEUE_FRAMES = 16  # frames waiting for the sender task (at 120 ms frames: ~2 s 
 # stopped client would hide from the send timeout; 256 KiB (the kernel doubles it) is ~10 s of audio and still
 # far more than any link needs for real-time audio.
 SOCKET_SEND_BUFFER = 256 << 10
-CLOSE_GRACE_S = 2.0  # after a stall: how long a resuming client has to read the error frame and the close
+CLOSE_GRACE_S = 2.0  # after a stall: how long the client may make no progress before its connection is cut
 
 
 class PlayClock:
@@ -77,6 +77,7 @@ class WsSender:
         self._protocol = protocol_of(ws)
         self._limit_socket_buffer()
         self._task = asyncio.create_task(self._run(), name="ws-sender")
+        self._closer: asyncio.Task[None] | None = None
 
     # -- the producer's side ----------------------------------------------------------------------------------
 
@@ -118,10 +119,14 @@ class WsSender:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def cancel(self) -> None:
-        """The connection's handler is done: stop the sender task (whatever is still queued is dropped)."""
+    async def aclose(self) -> None:
+        """The connection's handler is done: stop the sender task (whatever is still queued is dropped) and, after
+        a stall, wait (bounded) until the client has read the close or was cut: the handler must not return
+        before, or uvicorn closes the transport under a client that is still reading."""
         if not self._task.done():
             self._task.cancel()
+        if self._closer is not None:
+            await asyncio.shield(self._closer)
 
     async def _put(self, kind: str, data: Any) -> None:
         if self.gone_code is not None:
@@ -180,7 +185,7 @@ class WsSender:
         if self.on_stalled is not None:
             self.on_stalled(err)
         self._write_close_now(err)
-        asyncio.get_running_loop().call_later(CLOSE_GRACE_S, self._abort_transport)
+        self._closer = asyncio.create_task(self._cut_unless_reading(), name="ws-sender-closer")
 
     def _write_close_now(self, err: TTSError) -> None:
         """Put the error frame and the close frame into the transport's buffer past the flow control (a few
@@ -197,6 +202,33 @@ class WsSender:
             proto.close_sent = True  # uvicorn must not try to close again
         except Exception:  # best effort: the transport is aborted after the grace anyway
             log.debug("could not queue the close frame", exc_info=True)
+
+    async def _cut_unless_reading(self) -> None:
+        """After a stall: a client that reads again gets the rest, the error frame and the close, and answers the
+        close (uvicorn then closes the transport); one that makes no progress for CLOSE_GRACE_S while bytes
+        wait, or has not finished within the send timeout more, is cut (transport.abort: no FIN waits on it)."""
+        transport = getattr(self._protocol, "transport", None)
+        if transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        cap = loop.time() + max(CLOSE_GRACE_S, self.send_timeout_s)
+        deadline = loop.time() + CLOSE_GRACE_S
+        last = transport.get_write_buffer_size()
+        conn = getattr(self._protocol, "conn", None)
+        while not transport.is_closing() and loop.time() < cap:
+            await asyncio.sleep(0.1)
+            if getattr(conn, "close_rcvd", None) is not None:  # it answered our close: the handshake is done
+                transport.close()
+                return
+            size = transport.get_write_buffer_size()
+            if size < last:
+                deadline = loop.time() + CLOSE_GRACE_S  # it reads: let it finish
+            last = size
+            if size > 0 and loop.time() > deadline:
+                break
+        if transport.is_closing() and transport.get_write_buffer_size() == 0:
+            return  # closed cleanly after the client answered the close
+        self._abort_transport()
 
     def _abort_transport(self) -> None:
         transport = getattr(self._protocol, "transport", None)

@@ -14,11 +14,13 @@ class TTSError(Exception):
     code: str = "internal"
     retryable: bool = False
 
-    def __init__(self, message: str, *, field: str | None = None, retry_after_ms: int | None = None):
+    def __init__(self, message: str, *, field: str | None = None, retry_after_ms: int | None = None,
+                 limit: str | None = None):
         super().__init__(message)
         self.message = message
         self.field = field
         self.retry_after_ms = retry_after_ms
+        self.limit = limit  # the configured limit this refusal hit (counted in limit_refusals_total), if any
 
     def to_dict(self) -> dict[str, object]:
         body: dict[str, object] = {"code": self.code, "message": self.message, "retryable": self.retryable}

@@ -21,7 +21,7 @@ def check_buffered(pending: int, incoming: int, limit: int) -> None:
     if limit and pending + incoming > limit:
         raise PayloadTooLarge(f"text: {pending} characters are still waiting to be spoken and {incoming} more would "
                               f"pass this context's limit of {limit} (max_buffered_chars); send more as audio "
-                              "catches up", field="text")
+                              "catches up", field="text", limit="max_buffered_chars")
 
 
 class ConnectionLimiter:
@@ -60,7 +60,7 @@ class ConnectionLimiter:
         n = self.max_total if limit == "max_connections" else self.max_per_key
         scope = "on this server" if limit == "max_connections" else "for this API key"
         return TooManyConnections(f"too many open connections {scope} (limit {limit}={n}); retry when one closes",
-                                  retry_after_ms=1000)
+                                  retry_after_ms=1000, limit=limit)
 
 
 @dataclass(slots=True)
@@ -93,4 +93,5 @@ class RateLimiter:
             return
         wait_ms = math.ceil((1.0 - b.tokens) / self.rate * 1000)
         raise RateLimited(f"more than {self.rate:g} requests per second for this API key (limit "
-                          f"requests_per_key_per_s); retry after {wait_ms} ms", retry_after_ms=wait_ms)
+                          f"requests_per_key_per_s); retry after {wait_ms} ms", retry_after_ms=wait_ms,
+                          limit="requests_per_key_per_s")

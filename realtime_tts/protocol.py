@@ -96,10 +96,12 @@ def loads_object(raw: str | bytes | None, *, max_bytes: int) -> dict[str, Any]:
         raise UnsupportedFrame("expected a JSON text frame, got an empty frame")
     if isinstance(raw, bytes):
         if len(raw) > max_bytes:
-            raise PayloadTooLarge(f"frame of {len(raw)} bytes exceeds the limit of {max_bytes}")
+            raise PayloadTooLarge(f"frame of {len(raw)} bytes exceeds the limit of {max_bytes}",
+                                  limit="max_ws_message_bytes")
         raise UnsupportedFrame("expected a JSON text frame, got a binary frame")
     if len(raw) > max_bytes:
-        raise PayloadTooLarge(f"frame of {len(raw)} characters exceeds the limit of {max_bytes} bytes")
+        raise PayloadTooLarge(f"frame of {len(raw)} characters exceeds the limit of {max_bytes} bytes",
+                              limit="max_ws_message_bytes")
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as e:
@@ -278,7 +280,8 @@ def _text(r: _Reader, name: str, max_chars: int, *, required: bool) -> str:
     if required and not text.strip():
         raise BadRequest(f"{name} must not be empty or whitespace only", field=name)
     if len(text) > max_chars:
-        raise BadRequest(f"{name} has {len(text)} characters; at most {max_chars} are accepted", field=name)
+        raise BadRequest(f"{name} has {len(text)} characters; at most {max_chars} are accepted", field=name,
+                         limit="max_text_chars")
     return text
 
 

@@ -56,6 +56,11 @@ def test_an_oversized_frame_gets_an_error_frame_then_1009_and_is_counted(small: 
         _, code = _until_closed(ws)
     assert code == 1009
     assert _metric(small, 'realtime_tts_ws_closes_total{code="1009"}') == before + 2
+    assert _metric(small, 'realtime_tts_limit_refusals_total{limit="max_ws_message_bytes"}') == 1
+    # an HTTP body over its limit (4 x the frame limit here): 413, counted as the limit it hit
+    r = httpx.post(small.http + "/v1/audio/speech", json={"input": "a" * 20_000}, timeout=30)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    assert _metric(small, 'realtime_tts_limit_refusals_total{limit="max_body_bytes"}') == 1
 
 
 def test_text_buffered_in_a_context_is_limited(small: Server) -> None:
@@ -110,3 +115,14 @@ def _wait_metric(srv: Server, prefix: str, value: float, limit_s: float = 10) ->
             raise AssertionError(f"{prefix} = {_metric(srv, prefix)}, expected {value}")
         time.sleep(0.05)
     return True
+
+
+def test_text_per_request_is_limited_and_counted(server: Server) -> None:
+    before = _metric(server, 'realtime_tts_limit_refusals_total{limit="max_text_chars"}')
+    r = httpx.post(server.http + "/v1/audio/speech", json={"input": "a" * 50_001}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["field"] == "input" and "50000" in r.json()["error"]["message"]
+    with connect(f"{server.ws}/v1/stream", max_size=None) as ws:
+        ws.send(json.dumps({"text": "a" * 50_001}))
+        texts, code = _until_closed(ws)
+    assert code == 1008 and texts[-1]["field"] == "text"
+    assert _metric(server, 'realtime_tts_limit_refusals_total{limit="max_text_chars"}') == before + 2

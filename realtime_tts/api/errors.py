@@ -16,9 +16,17 @@ def error_body(e: TTSError) -> dict[str, Any]:
     return {"error": e.to_dict()}
 
 
+def count(e: TTSError, metrics: Metrics) -> None:
+    """Every error reported to a client, once: errors_total{code}, and limit_refusals_total{limit} when it was a
+    configured limit that refused."""
+    metrics.errors_total.labels(code=e.code).inc()
+    if e.limit is not None:
+        metrics.limit_refusals_total.labels(limit=e.limit).inc()
+
+
 def error_response(e: TTSError, metrics: Metrics | None = None) -> JSONResponse:
     if metrics is not None:
-        metrics.errors_total.labels(code=e.code).inc()
+        count(e, metrics)
     # whole seconds, rounded up: a client that waits what it is told is never early
     headers = {"Retry-After": str(max(1, -(-e.retry_after_ms // 1000)))} if e.retry_after_ms else None
     return JSONResponse(error_body(e), status_code=e.status, headers=headers)

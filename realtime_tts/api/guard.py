@@ -24,7 +24,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from realtime_tts.api.errors import _reason, error_response, ws_error_frame
+from realtime_tts.api.errors import _reason, count, error_response, ws_error_frame
 from realtime_tts.api.streams import StreamAborted
 from realtime_tts.auth import Authenticator, Principal
 from realtime_tts.errors import NotFound, TTSError
@@ -82,13 +82,10 @@ class Guard:
                 raise NotFound(f"no WebSocket endpoint at {scope['path']!r}; see GET / for the endpoints",
                                field="path")
         except TTSError as e:
-            if e.code == "rate_limited":
-                self.metrics.limit_refusals_total.labels(limit="requests_per_key_per_s").inc()
             await self._refuse(scope, receive, send, e)
             return
         hit = self.connections.acquire(key)
         if hit is not None:
-            self.metrics.limit_refusals_total.labels(limit=hit).inc()
             await self._refuse(scope, receive, send, self.connections.refusal(hit))
             return
         self.metrics.key_requests_total.labels(key=principal.name).inc()
@@ -110,7 +107,7 @@ class Guard:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="realtime_tts"'
             await response(scope, receive, send)
             return
-        self.metrics.errors_total.labels(code=e.code).inc()
+        count(e, self.metrics)
         ws = WebSocket(scope, receive, send)
         try:
             await ws.accept()

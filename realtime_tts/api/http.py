@@ -148,7 +148,7 @@ def _sse(obj: dict[str, Any]) -> str:
 async def _json_body(request: Request, limit: int) -> dict[str, Any]:
     raw = await request.body()
     if len(raw) > limit:
-        raise PayloadTooLarge(f"request body of {len(raw)} bytes exceeds {limit}")
+        raise PayloadTooLarge(f"request body of {len(raw)} bytes exceeds {limit}", limit="max_body_bytes")
     return protocol.body_object(raw)
 
 

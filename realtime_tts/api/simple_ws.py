@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from realtime_tts import protocol
-from realtime_tts.api.errors import close_code
+from realtime_tts.api.errors import close_code, count
 from realtime_tts.api.ws_sender import WsSender
 from realtime_tts.audio_out import AudioOutput, OutputFormat
 from realtime_tts.errors import BadRequest, IdleTimeout, TTSError
@@ -110,7 +110,7 @@ class SimpleSession:
                 raise self.error or WebSocketDisconnect(self.sender.gone_code)
         except TTSError as e:
             code = close_code(e)
-            self.app.metrics.errors_total.labels(code=e.code).inc()
+            count(e, self.app.metrics)
             await self._fail(e)
         except WebSocketDisconnect as e:
             code = e.code if e.code not in (1000, 1005) else 1001
@@ -122,11 +122,7 @@ class SimpleSession:
             self.app.metrics.ws_closes_total.labels(code=str(code)).inc()
 
     def _check_buffered(self, synth: Synthesis, incoming: int) -> None:
-        try:
-            check_buffered(synth.pending_chars, incoming, self.app.config.limits.max_buffered_chars)
-        except TTSError:
-            self.app.metrics.limit_refusals_total.labels(limit="max_buffered_chars").inc()
-            raise
+        check_buffered(synth.pending_chars, incoming, self.app.config.limits.max_buffered_chars)
 
     def _terminal(self, synth: Synthesis) -> dict[str, Any]:
         frame: dict[str, Any] = {"done": True, "sample_rate": self.out.sample_rate}

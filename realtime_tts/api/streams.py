@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from realtime_tts.api.errors import error_body
+from realtime_tts.api.errors import count, error_body
 from realtime_tts.errors import TTSError
 from realtime_tts.metrics import Metrics
 
@@ -31,7 +31,7 @@ async def watched_stream(metrics: Metrics, endpoint: str, *, sse: bool) -> Async
     try:
         yield
     except TTSError as e:
-        metrics.errors_total.labels(code=e.code).inc()
+        count(e, metrics)
         if sse:
             raise
         log.warning("%s: stream cut after its headers: %s (%s)", endpoint, e.message, e.code)

@@ -70,9 +70,8 @@ class Service:
         limit = getattr(engine, "max_active_requests", 0)
         active = self._active.get(name, 0)
         if limit and active >= limit:
-            self.metrics.limit_refusals_total.labels(limit=f"{name}_active_requests").inc()
             raise Overloaded(f"the {name!r} engine is serving {active} requests, as many as it takes; retry shortly",
-                             retry_after_ms=1000)
+                             retry_after_ms=1000, limit=f"{name}_active_requests")
         self._active[name] = active + 1
 
     async def encode_voice(self, engine: Engine, audio: np.ndarray, sample_rate: int, ref_text: str) -> VoicePrompt:

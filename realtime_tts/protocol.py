@@ -15,7 +15,8 @@ from typing import Any, Literal
 from realtime_tts.errors import BadRequest, PayloadTooLarge, UnsupportedFrame
 
 # OpenAI's voice names: accepted everywhere, mapped by each engine to one of its presets (docs/protocol.md).
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
+OPENAI_VOICES = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage", "shimmer",
+                 "verse")
 # Voice names that mean "the engine's default voice".
 DEFAULT_VOICES = ("auto", "base", "default")
 CHUNK_MODES = ("concurrent", "sequential", "none")

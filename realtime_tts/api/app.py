@@ -40,7 +40,7 @@ class AppState:
         self.metrics = Metrics()
         self.pool = EnginePool(config)
         self.voices = VoiceStore(config.omnivoice.voices_dir)
-        self.service = Service(config, self.pool, self.metrics)
+        self.service = Service(config, self.pool, self.metrics, self.voices)
 
     # HTTP handlers ------------------------------------------------------------------------------------------
 

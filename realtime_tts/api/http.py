@@ -36,8 +36,9 @@ def _headers(synth: Synthesis, req: SpeechRequest, *, partial: bool) -> dict[str
         "X-Stats": json.dumps(stats, separators=(",", ":")),
         "X-Request-Id": synth.id,
     }
-    if req.warnings:
-        headers["X-Warnings"] = json.dumps(list(req.warnings))
+    warnings = [*req.warnings, *synth.warnings]
+    if warnings:
+        headers["X-Warnings"] = json.dumps(warnings)
     return headers
 
 

@@ -53,6 +53,7 @@ class SimpleSession:
             req = parse(first, max_chars=self.max_chars)
             self.warnings.add(req.warnings)
             synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True)
+            self.warnings.add(synth.warnings)
             async with synth:
                 if self.incremental:
                     if req.text:

@@ -111,6 +111,8 @@ class Production:
         try:
             async with contextlib.aclosing(engine.synthesize(seg.request)) as chunks:  # type: ignore[type-var]
                 async for chunk in chunks:
+                    if chunk.prompt is not None and self._plan.continuity is not None:
+                        self._plan.continuity.learn(seg.request.request_id, chunk.prompt)
                     seg.chunks.put_nowait(chunk)
                     if not seg.has_audio.is_set():
                         seg.has_audio.set()
@@ -124,6 +126,8 @@ class Production:
             log.exception("engine %s failed on segment %s", engine.capabilities.engine, seg.request.request_id)
             seg.chunks.put_nowait(TTSError(f"engine error: {type(e).__name__}: {e}"))
         finally:
+            if self._plan.continuity is not None:
+                self._plan.continuity.finished(seg.request.request_id)
             seg.has_audio.set()
             # Every engine request is aborted here: a no-op when it finished, a stop when it did not.
             await engine.abort(seg.request.request_id)

@@ -229,8 +229,8 @@ class ModelBackend:
                     stream.wait_event(event)  # the grids were copied out of their slots on the step stream
                 with torch.cuda.stream(stream):
                     waves = self.runner.decode(states)
-        return [self._ov.match_loudness(w, s.item.ref_rms).astype("<f4").tobytes()
-                for w, s in zip(waves, states, strict=True)]
+        return [self._ov.fade_edges(self._ov.match_loudness(w, s.item.ref_rms), self.sample_rate).astype("<f4")
+                .tobytes() for w, s in zip(waves, states, strict=True)]
 
     def bind_thread(self) -> None:
         if self.device.startswith("cuda"):

@@ -81,8 +81,14 @@ def test_dependents_wait_for_the_source_and_run_on_its_codes(loop: Loop) -> None
     a1, r1, u1 = (np.frombuffer(m.samples, "<f4") for m in (got["s1"], ref["r1"], ref["u1"]))  # type: ignore[union-attr]
     np.testing.assert_array_equal(a1, r1)
     assert not np.array_equal(a1, u1)  # conditioning changed the audio
-    # peak-normalised like auto/design output (a generated prompt is not a quiet recording)
-    assert abs(float(np.abs(a1).max()) - 0.5) < 1e-3
+    # peak-normalised like auto/design output, not left at a recording's level; edges faded in and out
+    recorded = ipc.Prompt("Hello there.", s0.codes, 8, frames, 0.2)
+    loop.inbox.put(_seg("n1", "Second sentence.", mode="clone", prompt=recorded))
+    n1 = np.frombuffer(loop.results({"n1"})["n1"].samples, "<f4")  # type: ignore[union-attr]
+    gain = float(np.abs(a1).max() / np.abs(n1).max())
+    assert abs(gain - 1.0) > 1e-3
+    np.testing.assert_allclose(a1, n1 * gain, atol=1e-5)
+    assert a1[0] == 0.0 and a1[-1] == 0.0
 
 
 def test_a_cancelled_source_lets_its_dependents_run_unconditioned(loop: Loop) -> None:

@@ -52,6 +52,8 @@ def decode(data: bytes, *, field: str = "ref_audio") -> tuple[np.ndarray, int]:
         raise BadRequest(f"{field} is {duration_s:.1f} s long; at most {MAX_S:.0f} s is accepted (3-10 s of "
                          "clear speech clones best)", field=field)
     trimmed = trim_edges(mono, rate)
+    if trimmed.size == 0:
+        raise BadRequest(f"{field} is silence only (nothing above {_SILENCE_DBFS:g} dBFS)", field=field)
     if len(trimmed) / rate < MIN_S:
         raise BadRequest(f"{field} has {len(trimmed) / rate:.2f} s of audio once leading/trailing silence is "
                          f"trimmed; at least {MIN_S} s is needed", field=field)
@@ -60,7 +62,7 @@ def decode(data: bytes, *, field: str = "ref_audio") -> tuple[np.ndarray, int]:
 
 def trim_edges(wave: np.ndarray, rate: int) -> np.ndarray:
     """Drop leading/trailing silence, keeping 100 ms before the first and 200 ms after the last non-silent
-    10 ms chunk. All silence: returned unchanged (the length check then decides)."""
+    10 ms chunk. All silence: nothing is left (the reference implementation refuses such a prompt too)."""
     chunk = max(1, round(rate * _CHUNK_S))
     num_chunks = -(-len(wave) // chunk)
     if num_chunks == 0:
@@ -75,7 +77,7 @@ def trim_edges(wave: np.ndarray, rate: int) -> np.ndarray:
     chunk_rms[-1] = float(np.sqrt(np.mean(np.square(wave[-tail:], dtype=np.float64)))) * gain
     loud = np.flatnonzero(chunk_rms >= 10.0 ** (_SILENCE_DBFS / 20.0))
     if loud.size == 0:
-        return wave
+        return wave[:0]
     start = max(0, int(loud[0]) * chunk - round(rate * _KEEP_LEAD_S))
     end = min(len(wave), (int(loud[-1]) + 1) * chunk + round(rate * _KEEP_TRAIL_S))
     return wave[start:end]

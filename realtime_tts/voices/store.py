@@ -136,8 +136,9 @@ class VoiceStore:
         return self.root / f"{voice_id}{_SUFFIX}"
 
     def open(self) -> None:
-        """Create the directory (0700: prompts are the users' voices) and drop temp files of a crash."""
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """At start-up: drop temp files a crash left (the directory itself is made by the first save)."""
+        if not self.root.is_dir():
+            return
         for leftover in self.root.glob(".tmp-*"):
             try:
                 leftover.unlink()
@@ -156,7 +157,7 @@ class VoiceStore:
                            created_at=time.time(), language=language, description=description, source=source,
                            instruct=instruct, seed=seed)
         data = json.dumps(voice.to_json(), separators=(",", ":")).encode()
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)  # 0700: the prompts are people's voices
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=self.root)
         try:
             with os.fdopen(fd, "wb") as f:

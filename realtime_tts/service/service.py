@@ -10,7 +10,6 @@ import numpy as np
 from realtime_tts.config import Config
 from realtime_tts.engine.base import Engine, VoicePrompt
 from realtime_tts.engine.pool import EnginePool
-from realtime_tts.errors import BadRequest
 from realtime_tts.metrics import Metrics
 from realtime_tts.protocol import Params, SpeechRequest
 from realtime_tts.service.continuity import VoiceThread
@@ -52,10 +51,7 @@ class Service:
         over to every later response, service/continuity.py); None = a conversation of its own."""
         params = select.saved_voice_params(request.params)
         engine = engine or self.engine_for(params)
-        rate = engine.capabilities.sample_rate
-        if params.sample_rate is not None and params.sample_rate != rate:
-            raise BadRequest(f"sample_rate {params.sample_rate} is not available from the "
-                             f"{engine.capabilities.engine!r} engine; it produces {rate} Hz", field="sample_rate")
+        # params.sample_rate is the wire rate: the api layer resamples (audio_out), the engine rate stays.
         params, prompt, warnings = select.resolve(params, engine, self.voices, prompt)
         synth = Synthesis(self, engine, params, endpoint=endpoint, incremental=incremental, streaming=streaming,
                           prompt=prompt, voice_thread=voice_thread)

@@ -22,7 +22,6 @@ import asyncio
 import datetime as dt
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import git_commit  # the bench directory is not a package
 from omnivoice_serve import (  # the bench directory is not a package
     REPO,
     SR,
@@ -104,14 +104,6 @@ def measure(ckpt: str, continuity: bool, args: argparse.Namespace) -> dict[str, 
     return out
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=False).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", help="OmniVoice checkpoint directory")
@@ -145,13 +137,13 @@ def main() -> None:
     date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     rows = []
     for a_on, a_off in zip(on["agents"], off["agents"], strict=True):
-        rows.append(f"| {date} | {commit()} | {a_on['agents']} agents | first audio p50/p95 ms | "
+        rows.append(f"| {date} | {git_commit(REPO)} | {a_on['agents']} agents | first audio p50/p95 ms | "
                     f"{a_on['p50_first_audio_ms']:.0f} / {a_on['p95_first_audio_ms']:.0f} | "
                     f"{a_off['p50_first_audio_ms']:.0f} / {a_off['p95_first_audio_ms']:.0f} | "
                     f"underruns {a_on['underruns']} vs {a_off['underruns']} |")
     if on["bulk"] and off["bulk"]:
         b_on, b_off = on["bulk"], off["bulk"]
-        rows.append(f"| {date} | {commit()} | {b_on['texts']} long texts | xRT (p50 latency s) | "
+        rows.append(f"| {date} | {git_commit(REPO)} | {b_on['texts']} long texts | xRT (p50 latency s) | "
                     f"{b_on['xrt']:.1f} ({b_on['p50_s']:.2f}) | {b_off['xrt']:.1f} ({b_off['p50_s']:.2f}) | "
                     f"ok {b_on['ok']} vs {b_off['ok']} |")
     out_path = Path(args.out_dir) / f"{args.name}.md"
@@ -166,7 +158,7 @@ def main() -> None:
     report = "\n".join([
         "# One voice per conversation: what continuity costs (OmniVoice)", "",
         f"- command: `{' '.join([os.path.basename(sys.executable), *sys.argv])}`",
-        f"- date: {date}; commit {commit()}",
+        f"- date: {date}; commit {git_commit(REPO)}",
         f"- machine: {platform.node()}, {os.cpu_count()} CPU cores, {device_name()}, Python {platform.python_version()}",
         f"- versions: {versions()}",
         f"- checkpoint: {ckpt} (random weights); num_step {args.num_step}; LLM pace {args.words_per_s} words/s",

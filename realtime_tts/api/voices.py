@@ -129,8 +129,8 @@ class VoiceRoutes:
         return await self.store.asave(prompt, name=name, language=language, description=description,
                                       source="design", instruct=instruct, seed=seed)
 
-    async def list(self, request: Request) -> Response:
-        voices = await self.store.alist()
+    async def index(self, request: Request) -> Response:
+        voices = await self.store.asaved()
         return JSONResponse({"object": "list", "data": [v.info() for v in voices]})
 
     async def get(self, request: Request) -> Response:
@@ -147,7 +147,7 @@ def voice_routes(state: AppState, store: VoiceStore) -> list[Route]:
     r = VoiceRoutes(state, store)
     return [
         Route("/v1/voices", r.create, methods=["POST"]),
-        Route("/v1/voices", r.list, methods=["GET"]),
+        Route("/v1/voices", r.index, methods=["GET"]),
         Route("/v1/voices/{voice_id}", r.get, methods=["GET"]),
         Route("/v1/voices/{voice_id}", r.delete, methods=["DELETE"]),
     ]

@@ -181,9 +181,11 @@ class ModelBackend:
 
     def _clone_prompt(self, p: ipc.Prompt) -> Any:
         """ipc.Prompt → ClonePrompt (codes as a tensor), through the LRU when the prompt has a key."""
-        prompt = self._prompts.get(p.key) if p.key is not None else None
-        if prompt is not None and prompt.ref_text == p.ref_text and prompt.codes.shape[-1] == p.num_frames:
-            self._prompts.move_to_end(p.key)
+        key = p.key
+        prompt = self._prompts.get(key) if key is not None else None
+        if key is not None and prompt is not None and prompt.ref_text == p.ref_text \
+                and prompt.codes.shape[-1] == p.num_frames:
+            self._prompts.move_to_end(key)
             return prompt
         prompt = self._ov.ClonePrompt.from_voice_prompt(VoicePrompt("omnivoice", p.ref_text, p.codes,
                                                                     p.num_codebooks, p.num_frames, p.ref_rms))

@@ -60,6 +60,7 @@ class Synthesis:
         self._stats = Stats(self.sample_rate)
         voice = Voice(mode=params.voice_mode, instruct=params.instruct, prompt=prompt, preset=params.preset)
         continuity = None
+        self.voice_thread: VoiceThread | None = None  # the conversation's voice (engines with continuity)
         if engine.capabilities.continuity and cfg.omnivoice.voice_continuity:
             self.voice_thread = voice_thread or VoiceThread()
             self.voice_thread.adopt(voice_signature(params))

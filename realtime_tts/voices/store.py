@@ -36,7 +36,7 @@ _SUFFIX = ".json"
 MAX_NAME_CHARS = 128
 MAX_DESCRIPTION_CHARS = 1000
 MAX_REF_TEXT_CHARS = 2000
-MAX_VOICES = 10_000  # a bound on the directory (and on what list() reads)
+MAX_VOICES = 10_000  # a bound on the directory (and on what saved() reads)
 _CACHE_SIZE = 256  # decoded voices kept in memory (a hot voice is read from disk once)
 
 
@@ -204,7 +204,7 @@ class VoiceStore:
             raise NotFound(f"voice_id {voice_id!r} not found", field="voice_id") from None
         _fsync_dir(self.root)
 
-    def list(self) -> list[SavedVoice]:
+    def saved(self) -> list[SavedVoice]:
         """Every readable voice, newest first (damaged files are logged and skipped)."""
         out = []
         for path in self._files():
@@ -245,8 +245,8 @@ class VoiceStore:
     async def adelete(self, voice_id: str) -> None:
         await asyncio.to_thread(self.delete, voice_id)
 
-    async def alist(self) -> list[SavedVoice]:
-        return await asyncio.to_thread(self.list)
+    async def asaved(self) -> list[SavedVoice]:
+        return await asyncio.to_thread(self.saved)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -54,7 +54,7 @@ def test_a_missing_hibari_voice_falls_back_to_heart_with_a_warning(server: Serve
 
 def test_clone_design_and_saved_voices_name_the_engine_that_can(server: Server) -> None:
     for fields in ({"voice": "design", "instruct": "female"}, {"voice": "clone", "voice_id": "voice_0123456789abcdef"},
-                   {"voice": "voice_0123456789abcdef"}):
+                   {"voice": "voice_0123456789abcdef"}, {"ref_audio_base64": "UklGRg==", "ref_text": "x"}):
         r = synth(server, **fields)
         assert r.status_code == 400 and "omnivoice" in r.json()["error"]["message"], fields
     unknown = synth(server, voice="nobody")

@@ -22,14 +22,13 @@ from realtime_tts import protocol, text
 from realtime_tts.api.errors import error_response
 from realtime_tts.api.http import _form, _json_body, respond, style_instructions
 from realtime_tts.api.simple_ws import SimpleSession
-from realtime_tts.api.voices import reference_bytes, voice_routes
+from realtime_tts.api.voices import ReferenceCache, reference_bytes, voice_routes
 from realtime_tts.audio_out import RESPONSE_FORMATS
 from realtime_tts.config import Config
 from realtime_tts.engine.pool import EnginePool
 from realtime_tts.errors import BadRequest, TTSError
 from realtime_tts.metrics import CONTENT_TYPE, Metrics
 from realtime_tts.service import Service
-from realtime_tts.voices import reference
 from realtime_tts.voices.store import VoiceStore
 
 log = logging.getLogger(__name__)
@@ -41,6 +40,7 @@ class AppState:
         self.metrics = Metrics()
         self.pool = EnginePool(config)
         self.voices = VoiceStore(config.omnivoice.voices_dir)
+        self.references = ReferenceCache()  # inline clone references, encoded once
         self.service = Service(config, self.pool, self.metrics, self.voices)
 
     # HTTP handlers ------------------------------------------------------------------------------------------
@@ -51,13 +51,15 @@ class AppState:
         req = protocol.parse_speech(obj, max_chars=self.config.text.max_text_chars, formats=RESPONSE_FORMATS,
                                     default_format="mp3")
         req = style_instructions(self.pool, req)
-        synth = self.service.open(req, endpoint="speech", streaming=req.stream is not False)
+        prompt = await self.references.for_request(self, req)
+        synth = self.service.open(req, endpoint="speech", streaming=req.stream is not False, prompt=prompt)
         return await respond(self, req, endpoint="speech", synth=synth)
 
     async def synth(self, request: Request) -> Response:
         obj = await _json_body(request, self.config.server.max_ws_message_bytes * 4)
         req = protocol.parse_synth(obj, max_chars=self.config.text.max_text_chars)
-        synth = self.service.open(req, endpoint="synth", streaming=False)
+        prompt = await self.references.for_request(self, req)
+        synth = self.service.open(req, endpoint="synth", streaming=False, prompt=prompt)
         return await respond(self, req, endpoint="synth", synth=synth)
 
     async def clone(self, request: Request) -> Response:
@@ -71,8 +73,7 @@ class AppState:
         params = dataclasses.replace(req.params, voice_mode="clone", voice="clone")
         engine = self.pool.route(params.model, "clone")  # the CPU voice refuses here: 400 naming omnivoice
         recording = await reference_bytes(fields, files)
-        samples, rate = await asyncio.to_thread(reference.decode, recording)
-        prompt = await self.service.encode_voice(engine, samples, rate, req.ref_text or "")
+        prompt = await self.references.prompt(self.service, engine, recording, req.ref_text)
         req = dataclasses.replace(req, params=params)
         synth = self.service.open(req, endpoint="clone", streaming=req.stream is not False, prompt=prompt, engine=engine)
         return await respond(self, req, endpoint="clone", synth=synth)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
+import hashlib
 import uuid
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import UploadFile
@@ -23,11 +26,13 @@ from realtime_tts import omnivoice_text
 from realtime_tts.api.http import _form
 from realtime_tts.engine.base import Engine, SegmentRequest, Voice, VoicePrompt
 from realtime_tts.errors import BadRequest, TTSError
+from realtime_tts.protocol import SpeechRequest
 from realtime_tts.voices import reference
 from realtime_tts.voices.store import SavedVoice, VoiceStore, check_metadata
 
 if TYPE_CHECKING:
     from realtime_tts.api.app import AppState
+    from realtime_tts.service import Service
 
 _FILE_FIELDS = ("ref_audio", "audio", "file")
 _BASE64_FIELDS = ("ref_audio_base64", "audio_base64", "ref_audio", "audio")
@@ -49,11 +54,49 @@ async def reference_bytes(fields: dict[str, Any], files: dict[str, UploadFile]) 
     for name in _BASE64_FIELDS:
         b64 = fields.get(name)
         if isinstance(b64, str) and b64.strip():
-            try:
-                return base64.b64decode(b64.split(",", 1)[-1], validate=True)
-            except (binascii.Error, ValueError):
-                raise BadRequest(f"{name} is not valid base64 audio", field=name) from None
+            return _b64(b64, name)
     raise BadRequest("ref_audio (a file part) or ref_audio_base64 is required", field="ref_audio")
+
+
+class ReferenceCache:
+    """Inline references (a recording sent with the request) encoded once: the same audio + transcript again
+    reuses the prompt (and the workers' decoded copy, keyed by its hash), so a client that sends its reference
+    with every request pays the codec encoder once."""
+
+    def __init__(self, size: int = 64):
+        self._size = size
+        self._prompts: OrderedDict[str, VoicePrompt] = OrderedDict()
+
+    async def prompt(self, service: Service, engine: Engine, data: bytes, ref_text: str | None) -> VoicePrompt:
+        if ref_text is None or not ref_text.strip():
+            raise BadRequest("ref_text (the transcript of the reference audio) is required", field="ref_text")
+        key = hashlib.sha256(data + b"\0" + ref_text.strip().encode()).hexdigest()[:32]
+        hit = self._prompts.get(key)
+        if hit is not None and hit.engine == engine.capabilities.engine:
+            self._prompts.move_to_end(key)
+            return hit
+        samples, rate = await asyncio.to_thread(reference.decode, data)
+        prompt = await service.encode_voice(engine, samples, rate, ref_text.strip())
+        prompt = dataclasses.replace(prompt, key=f"inline:{key}")
+        self._prompts[key] = prompt
+        while len(self._prompts) > self._size:
+            self._prompts.popitem(last=False)
+        return prompt
+
+    async def for_request(self, state: AppState, req: SpeechRequest) -> VoicePrompt | None:
+        """The prompt of a request's inline reference (JSON speech/synth, WS first frames), or None."""
+        if req.ref_audio is None:
+            return None
+        engine = state.pool.route(req.params.model, "clone")  # the CPU voice: 400 naming omnivoice
+        data = _b64(req.ref_audio, "ref_audio_base64")
+        return await self.prompt(state.service, engine, data, req.ref_text)
+
+
+def _b64(value: str, name: str) -> bytes:
+    try:
+        return base64.b64decode(value.split(",", 1)[-1], validate=True)  # also takes a data: URL
+    except (binascii.Error, ValueError):
+        raise BadRequest(f"{name} is not valid base64 audio", field=name) from None
 
 
 def _optional(fields: dict[str, Any], name: str) -> str | None:

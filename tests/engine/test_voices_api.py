@@ -5,6 +5,7 @@ fixed voices; and the library survives a restart."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import socket
@@ -175,6 +176,37 @@ def test_presets_are_fixed_voices(srv: Server) -> None:
     assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "voice"
     bad = synth(srv, voice="design", instruct="female, male")
     assert bad.status_code == 400 and "conflicting" in bad.json()["error"]["message"]
+
+
+def test_inline_references_on_every_entry_point(srv: Server) -> None:
+    ref = base64.b64encode(recording(1.0)).decode()
+    inline = {"ref_audio_base64": ref, "ref_text": "This is my reference."}
+    first, again = synth(srv, **inline), synth(srv, voice="clone", **inline)  # the second: encoded once, cached
+    assert first.status_code == 200 and first.content == again.content
+    speech = httpx.post(srv.http + "/v1/audio/speech", json={"input": "Inline.", **BASE, **inline,
+                                                             "response_format": "pcm", "stream": False}, timeout=120)
+    assert speech.status_code == 200 and speech.content
+    ws = ws_exchange(srv.ws + "/v1/stream", [{"text": "Inline over a socket.", **BASE,
+                                              "ref_audio_base64": "data:audio/wav;base64," + ref,
+                                              "ref_text": "This is my reference."}], timeout=120)
+    assert ws.close_code == 1000 and ws.pcm.size > 0
+    missing = synth(srv, ref_audio_base64=ref)
+    assert missing.status_code == 400 and missing.json()["error"]["field"] == "ref_text"
+    garbage = synth(srv, ref_audio_base64="%%%", ref_text="x")
+    assert garbage.status_code == 400 and garbage.json()["error"]["field"] == "ref_audio_base64"
+
+
+def test_a_bad_design_fails_alone(srv: Server) -> None:
+    """Conflicting instruct items: 400 on HTTP, 1008 naming the items on a socket; a good request sent at
+    the same time is served."""
+    with ThreadPoolExecutor(2) as pool:
+        good = pool.submit(synth, srv, voice="design", instruct="female, low pitch")
+        ws = ws_exchange(srv.ws + "/v1/stream", [{"text": "Bad design.", "voice": "design",
+                                                  "instruct": "female, male, whisper"}], timeout=120)
+        assert good.result().status_code == 200
+    assert ws.close_code == 1008
+    error = ws.texts[-1]
+    assert "female" in json.dumps(error) and "male" in json.dumps(error) and "instruct" in json.dumps(error)
 
 
 def test_the_library_survives_a_restart(srv: Server, tiny_checkpoint: Path, voices_dir: Path,

@@ -581,7 +581,8 @@ class WorkerLoop:
         s = self.scheduler.stats()
         plan = self._last_plan
         hits, misses = self.backend.counters()
-        stats = ipc.Stats(self.options.worker_id, s.num_waiting, s.num_running, s.num_steps_run, s.num_finished,
+        # Segments waiting for an earlier segment's codes count as waiting: routing and /metrics see them.
+        stats = ipc.Stats(self.options.worker_id, s.num_waiting + len(self.prompts), s.num_running, s.num_steps_run, s.num_finished,
                           s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
                           plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms)
         if not self._recent_step_ms and self._last_stats is not None and msgspec.structs.replace(

@@ -6,6 +6,7 @@ whole reply reproducible, and the joins between segments are click-free."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,16 +42,23 @@ def service(tiny_checkpoint: Path, loop_thread: Any, tmp_path_factory: pytest.Te
     loop_thread.run(pool.stop(), timeout=60)
 
 
-def speak(service: Service, loop_thread: Any, fields: dict[str, Any], thread: VoiceThread | None = None
-          ) -> tuple[Synthesis, np.ndarray, list[int]]:
-    """One /v1/stream-like response → (synthesis, int16 samples, each segment's first sample)."""
+def speak(service: Service, loop_thread: Any, fields: dict[str, Any], thread: VoiceThread | None = None,
+          *, incremental: bool = False) -> tuple[Synthesis, np.ndarray, list[int]]:
+    """One /v1/stream-like response (or /v1/stream/text-like: the text word by word) → (synthesis, int16
+    samples, each segment's first sample)."""
     req = parse_ws_stream({"text": TEXT, "num_step": 4, "events": True, **fields}, max_chars=10_000)
 
     async def run() -> tuple[Synthesis, np.ndarray, list[int]]:
-        synth = service.open(req, endpoint="test", streaming=True, voice_thread=thread)
+        synth = service.open(req, endpoint="test", streaming=True, voice_thread=thread, incremental=incremental)
         pcm, starts = bytearray(), []
         async with synth:
-            synth.speak(req.text)
+            if incremental:
+                for word in req.text.split(" "):
+                    synth.feed(word + " ")
+                    await asyncio.sleep(0.01)
+                synth.end()
+            else:
+                synth.speak(req.text)
             async for ev in synth.events():
                 if isinstance(ev, AudioFrame):
                     pcm += ev.pcm
@@ -74,6 +82,15 @@ def test_segments_after_the_first_carry_its_prompt(service: Service, loop_thread
     prompt = synth.voice_thread.prompt
     assert prompt is not None and prompt.generated and prompt.key == f"gen:{first}"
     assert prompt.ref_text == "Good morning, and welcome to the show." and prompt.num_frames > 0
+
+
+def test_streamed_text_follows_its_first_segment_too(service: Service, loop_thread: Any) -> None:
+    """/v1/stream/text: the first unit may start speculatively (request id "<id>-0s1"); the rest follow it."""
+    synth, _, starts = speak(service, loop_thread, {"seed": 4}, incremental=True)
+    assert len(starts) >= 3 and synth.error is None
+    (source,) = set(sources(synth).values())
+    assert source.startswith(f"{synth.id}-0") and len(sources(synth)) == len(starts) - 1
+    assert synth.voice_thread is not None and synth.voice_thread.prompt is not None
 
 
 def test_the_voice_persists_across_contexts_until_another_is_named(service: Service, loop_thread: Any) -> None:

@@ -80,7 +80,7 @@ class SavedVoice:
         p = self.prompt
         return {"format_version": FORMAT_VERSION, **{k: v for k, v in self.info().items() if k != "object"},
                 "created_at": self.created_at,
-                "prompt": {**{k: v for k, v in asdict(p).items() if k != "codes"},
+                "prompt": {**{k: v for k, v in asdict(p).items() if k not in ("codes", "key")},
                            "codes_b64": base64.b64encode(p.codes).decode("ascii")}}
 
     @classmethod
@@ -90,7 +90,8 @@ class SavedVoice:
         p = obj["prompt"]
         prompt = VoicePrompt(engine=str(p["engine"]), ref_text=str(p["ref_text"]),
                              codes=base64.b64decode(p["codes_b64"]), num_codebooks=int(p["num_codebooks"]),
-                             num_frames=int(p["num_frames"]), ref_rms=float(p["ref_rms"]))
+                             num_frames=int(p["num_frames"]), ref_rms=float(p["ref_rms"]),
+                             generated=bool(p.get("generated", False)))
         if len(prompt.codes) != 2 * prompt.num_codebooks * prompt.num_frames:
             raise ValueError("codes do not match their shape")
         return cls(voice_id=str(obj["voice_id"]), name=str(obj["name"]), prompt=prompt,

@@ -98,6 +98,8 @@ class Production:
                 if speakable(unit.text):
                     seg = self.launch(index, unit, request, name=f"synth-{self._id}-seg{index}")
                 else:  # only punctuation/emoji: no engine work, but the segment (and its offsets) stays in the stream
+                    if self._plan.continuity is not None:  # never sent: it cannot be anyone's voice prompt
+                        self._plan.continuity.finished(request.request_id)
                     seg = Segment(index, unit, request, asyncio.Queue())
                     seg.chunks.put_nowait(None)
                     seg.has_audio.set()

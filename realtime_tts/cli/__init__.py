@@ -16,6 +16,7 @@ from collections.abc import Sequence
 # Subcommand modules, in --help order (realtime_tts.cli.<name>.register).
 COMMANDS: list[str] = [
     "serve",
+    "stop",
 ]
 
 
@@ -28,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # e.g. serve --daemon starts the same command line again, in the background
     return int(args.run(args))
 
 

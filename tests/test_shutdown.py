@@ -1,0 +1,221 @@
+"""Graceful shutdown (issue 17 item 4, issue 19): SIGTERM stops accepting, lets in-flight streams finish within
+drain_timeout_s, then closes the rest with an error frame + 1001 (or resets a client that stopped reading);
+a second signal forces; no worker process outlives the server; the pid file goes with it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from live_server import Server, WsResult, start_server
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+SENTENCE = "This sentence is here to make the reply long enough to still be running. "
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(pid):
+            out.append(int(status.parent.name))
+    return out
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state == "Z"
+
+
+class Reader(threading.Thread):
+    """A WS client in a thread: sends one request, reads until the server closes; records frames, close code
+    and when the close came. read=False: stops reading after the first frame until `resume` is set."""
+
+    def __init__(self, url: str, request: dict[str, Any] | None, *, read: bool = True):
+        super().__init__(daemon=True)
+        self.url, self.request, self.read = url, request, read
+        self.result = WsResult()
+        self.first_frame = threading.Event()
+        self.closed_at: float | None = None
+        self.error: BaseException | None = None
+        self.resume = threading.Event()
+
+    def run(self) -> None:
+        try:
+            # max_queue=1: with read=False the client stops taking bytes off the socket (backpressure)
+            with connect(self.url, open_timeout=10, max_size=None, max_queue=1 if not self.read else 16) as ws:
+                if self.request is not None:
+                    ws.send(json.dumps(self.request))
+                try:
+                    while True:
+                        msg = ws.recv(timeout=30)
+                        self.first_frame.set()
+                        if not self.read and not self.resume.is_set():
+                            self.resume.wait(120)
+                        if isinstance(msg, bytes):
+                            self.result.frames.append(msg)
+                        else:
+                            self.result.texts.append(json.loads(msg))
+                except ConnectionClosed as e:
+                    if e.rcvd is not None:
+                        self.result.close_code, self.result.close_reason = e.rcvd.code, e.rcvd.reason
+        except BaseException as e:  # noqa: BLE001  (reported by the test)
+            self.error = e
+        finally:
+            self.closed_at = time.monotonic()
+            self.first_frame.set()
+
+
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def wait_exit(srv: Server, timeout: float) -> float:
+    t0 = time.monotonic()
+    srv.proc.wait(timeout=timeout)
+    return time.monotonic() - t0
+
+
+def start(tmp_path: Path, *extra: str) -> tuple[Server, list[int], Path]:
+    pid_file = tmp_path / "server.pid"
+    srv = start_server(tmp_path, "--cpu-workers", "2", "--pid-file", str(pid_file), "--log-level", "info", *extra)
+    workers = children(srv.proc.pid)
+    assert len(workers) == 2 and int(pid_file.read_text()) == srv.proc.pid
+    return srv, workers, pid_file
+
+
+def test_sigterm_lets_in_flight_streams_finish(tmp_path: Path) -> None:
+    srv, workers, pid_file = start(tmp_path, "--drain-timeout-s", "60")
+    try:
+        ws = Reader(f"{srv.ws}/v1/stream", {"text": SENTENCE * 12, "seed": 1})
+        ws.start()
+        assert ws.first_frame.wait(60)
+        got: dict[str, Any] = {}
+
+        def http() -> None:
+            with httpx.stream("POST", srv.http + "/v1/audio/speech", timeout=120,
+                              json={"input": SENTENCE * 12, "response_format": "pcm"}) as r:
+                got["status"] = r.status_code
+                got["body"] = b"".join(r.iter_bytes())
+
+        h = threading.Thread(target=http, daemon=True)
+        h.start()
+        time.sleep(0.3)
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert refused(srv.port), "still accepting connections while draining"
+        took = wait_exit(srv, 60)
+        ws.join(10)
+        h.join(10)
+        assert srv.proc.returncode == 0, srv.log()
+        # both streams ran to their normal end
+        assert ws.error is None and ws.result.close_code == 1000, (ws.error, ws.result.close_code)
+        assert ws.result.terminal["reason"] == "end"
+        audio_ms = ws.result.terminal["stats"]["audio_duration_ms"]
+        assert audio_ms > 20_000 and abs(len(ws.result.pcm) / 24 - audio_ms) < 50
+        assert got["status"] == 200 and len(got["body"]) / 48 > 20_000  # pcm s16 at 24 kHz: 48 bytes per ms
+        assert "shutdown complete" in srv.log() and "drain time over" not in srv.log()
+        assert all(gone(p) for p in workers), "a worker outlived the server"
+        assert not pid_file.exists()
+        print(f"drained in {took:.2f} s; WS got {audio_ms / 1000:.1f} s of audio, HTTP {len(got['body']) / 48e3:.1f} s")
+    finally:
+        srv.proc.kill()
+
+
+def test_drain_timeout_closes_streams_also_a_client_that_stopped_reading(tmp_path: Path) -> None:
+    drain_s, grace_s = 2.0, 1.0
+    srv, workers, _ = start(tmp_path, "--drain-timeout-s", str(drain_s), "--close-grace-s", str(grace_s))
+    try:
+        reading = Reader(f"{srv.ws}/v1/stream/text", {"text": SENTENCE * 4, "seed": 1})  # text never ends
+        stalled = Reader(f"{srv.ws}/v1/stream", {"text": SENTENCE * 300, "seed": 2}, read=False)
+        idle = Reader(f"{srv.ws}/v1/stream", None)  # connected, never sent a request
+        for c in (reading, stalled, idle):
+            c.start()
+        assert reading.first_frame.wait(60) and stalled.first_frame.wait(60)
+        time.sleep(3)  # the stalled client's socket buffers fill up
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        took = wait_exit(srv, drain_s + grace_s + 20)
+        stalled.resume.set()  # reads again: what is left of its connection must end at once, not hang
+        t_resume = time.monotonic()
+        for c in (reading, stalled, idle):
+            c.join(10)
+            assert not c.is_alive(), "a client hangs after the server exited"
+        # the idle socket is closed at once, the reader at the drain's end with the reason first
+        assert idle.result.close_code == 1001 and idle.closed_at is not None and idle.closed_at - t0 < 1.5
+        assert reading.result.close_code == 1001, (reading.result.close_code, reading.error)
+        err = reading.result.texts[-1]
+        assert err["type"] == "error" and err["code"] == "shutting_down" and err["retryable"] is True
+        assert reading.closed_at is not None and drain_s - 0.2 <= reading.closed_at - t0 <= drain_s + 3
+        # the client that stopped reading could not take a close frame: its connection was reset, so reading
+        # again ends at once (no hang) with at most the frames its own buffers held
+        assert stalled.closed_at is not None and stalled.closed_at - t_resume < 5 and stalled.error is None
+        assert drain_s <= took < drain_s + grace_s + 10, took
+        assert srv.proc.returncode == 0 and "drain time over" in srv.log()
+        assert all(gone(p) for p in workers), "a worker outlived the server"
+        print(f"exited {took:.2f} s after SIGTERM (drain {drain_s} s + grace {grace_s} s); reader closed "
+              f"{reading.result.close_code} at {reading.closed_at - t0:.2f} s, stalled client, reading again "
+              f"after the exit, ended in {stalled.closed_at - t_resume:.2f} s (close "
+              f"{stalled.result.close_code or 'none: reset'}, {len(stalled.result.frames)} frames)")
+    finally:
+        srv.proc.kill()
+
+
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])
+def test_second_signal_forces(tmp_path: Path, second: signal.Signals) -> None:
+    srv, workers, _ = start(tmp_path, "--drain-timeout-s", "120")
+    try:
+        c = Reader(f"{srv.ws}/v1/stream/text", {"text": SENTENCE * 2, "seed": 1})
+        c.start()
+        assert c.first_frame.wait(60)
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert srv.proc.poll() is None  # draining: the text stream has not ended
+        srv.proc.send_signal(second)
+        took = wait_exit(srv, 15)
+        c.join(10)
+        assert not c.is_alive() and took < 10
+        assert all(gone(p) for p in workers), "a worker outlived the server"
+    finally:
+        srv.proc.kill()
+
+
+def test_new_requests_while_draining_get_503_and_health_says_draining(tmp_path: Path) -> None:
+    """Through a keep-alive connection opened before the signal (the listener itself is closed)."""
+    srv, _, _ = start(tmp_path, "--drain-timeout-s", "30")
+    try:
+        c = Reader(f"{srv.ws}/v1/stream/text", {"text": SENTENCE, "seed": 1})  # keeps the drain going
+        c.start()
+        assert c.first_frame.wait(60)
+        with httpx.Client(base_url=srv.http, timeout=10) as client:
+            assert client.get("/health").status_code == 200
+            srv.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            # uvicorn closes idle keep-alive connections at shutdown; a request on one races that close
+            try:
+                r = client.get("/health")
+                assert r.status_code == 503 and r.json() == {"status": "draining"}
+            except httpx.TransportError:
+                pass
+        srv.proc.send_signal(signal.SIGTERM)
+        wait_exit(srv, 15)
+    finally:
+        srv.proc.kill()

@@ -48,7 +48,9 @@ class CpuVoiceConfig:
 
 @dataclass(frozen=True)
 class OmniVoiceConfig:
-    model: str | None = _doc("OmniVoice checkpoint directory; unset = the embedded CPU voice only.", default=None)
+    model: str | None = _doc("OmniVoice checkpoint: a local directory or a model-hub id (owner/name[@revision], "
+                             "fetched into the Hugging Face cache; HF_HUB_OFFLINE=1 honoured); unset = the "
+                             "embedded CPU voice only.", default=None)
     dtype: str = _doc("OmniVoice weights dtype: bf16, fp16 or fp32.", default="bf16")
     device: str = _doc("Torch device for OmniVoice workers: cuda or cpu (auto = cuda if present).", default="auto")
     gpus: int = _doc("Number of GPU workers (0 = every visible GPU).", default=0)

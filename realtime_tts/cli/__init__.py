@@ -17,6 +17,7 @@ from collections.abc import Sequence
 COMMANDS: list[str] = [
     "serve",
     "stop",
+    "check",
 ]
 
 

@@ -13,11 +13,12 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand modules, in --help order (realtime_tts.cli.<name>.register).
+# Subcommand modules, in --help order (realtime_tts.cli.<name with _ for ->.register).
 COMMANDS: list[str] = [
     "serve",
     "stop",
     "check",
+    "install-service",
 ]
 
 
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="realtime-tts", description="Realtime text-to-speech server.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"{__name__}.{name}").register(sub)
+        importlib.import_module(f"{__name__}.{name.replace('-', '_')}").register(sub)
     return parser
 
 

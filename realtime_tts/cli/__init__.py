@@ -19,6 +19,7 @@ COMMANDS: list[str] = [
     "stop",
     "check",
     "install-service",
+    "voices",
 ]
 
 

@@ -127,14 +127,14 @@ def _gpus() -> list[dict[str, Any]]:
 
 
 def _model(cfg: config_mod.Config, gpus: list[dict[str, Any]], problems: list[str]) -> dict[str, Any]:
-    from realtime_tts import model_source
+    from realtime_tts import hub
     from realtime_tts.errors import EngineUnavailable
 
     out: dict[str, Any] = {"model": cfg.omnivoice.model, "hub_id": None, "dtype": cfg.omnivoice.dtype}
-    ref = model_source.hub_id(cfg.omnivoice.model or "")
+    ref = hub.hub_id(cfg.omnivoice.model or "")
     out["hub_id"] = ref[0] if ref else None
     try:
-        path = model_source.resolve(cfg.omnivoice.model or "")
+        path = hub.resolve(cfg.omnivoice.model or "")
     except EngineUnavailable as e:
         problems.append(e.message)
         out["status"] = "error"

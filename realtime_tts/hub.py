@@ -48,6 +48,11 @@ def resolve(value: str) -> Path:
         return Path(snapshot_download(repo_id, revision=revision))
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as e:
         raise EngineUnavailable(f"--model {value!r}: not in the Hugging Face cache and it cannot be downloaded "
-                                f"(offline, HF_HUB_OFFLINE=1, or the hub is unreachable): {e}") from None
+                                f"(offline, HF_HUB_OFFLINE=1, or the hub is unreachable): {_first_line(e)}") from None
     except HfHubHTTPError as e:
-        raise EngineUnavailable(f"--model {value!r}: the hub refused it: {e}") from None
+        raise EngineUnavailable(f"--model {value!r}: the hub refused it: {_first_line(e)}") from None
+
+
+def _first_line(e: Exception) -> str:
+    """huggingface_hub's messages run to several lines of advice; the first says what happened."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

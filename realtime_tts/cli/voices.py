@@ -48,7 +48,7 @@ def _call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> Any:
         r = httpx.request(method, url, headers=headers, timeout=300, **kw)
     except httpx.HTTPError as e:
         raise _Failed(f"no answer from {args.server} ({type(e).__name__}: {e}); is a server running "
-                      "(realtime-tts serve)?") from None
+                      "(realtime-tts serve)? Another address: --server http://HOST:PORT") from None
     try:
         body = r.json()
     except ValueError:

@@ -1,7 +1,8 @@
 """Scale-out behind a real load balancer: Debian's nginx with deploy/nginx/realtime-tts.conf on loopback in front
-of two servers (CPU voice). WebSocket streams run through it, one replica is killed (SIGKILL) mid-stream:
-clients on the survivor finish untouched, new connections (HTTP and WebSocket) all land on the survivor, and
-the killed replica's clients get an immediate error, not a hang.
+of two servers (CPU voice). WebSocket streams run through it, then one replica goes mid-stream:
+- killed (SIGKILL): clients on the survivor finish untouched, new connections (HTTP and WebSocket) all land on
+  the survivor, and the killed replica's clients get an immediate error, not a hang;
+- stopped (SIGTERM, a rolling restart): its own clients finish too (it drains), new connections go to the other.
 
 nginx: .ci/run installs it with apt-get when missing; this test skips only when there is no nginx binary."""
 
@@ -124,7 +125,8 @@ def replica_of(rid: str, replicas: dict[str, Server]) -> str:
     return hits[0]
 
 
-def test_two_replicas_behind_nginx_one_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_two_replicas_behind_nginx_one_goes(tmp_path: Path, how: str) -> None:
     a = start_server(tmp_path, "--cpu-workers", "1", "--log-level", "info")
     b = start_server(tmp_path, "--cpu-workers", "1", "--log-level", "info")
     replicas = {"A": a, "B": b}
@@ -142,8 +144,9 @@ def test_two_replicas_behind_nginx_one_killed(tmp_path: Path) -> None:
         assert on_a and on_b, where  # least_conn spread the streams over both
         time.sleep(0.5)
         t_kill = time.monotonic()
-        a.proc.send_signal(signal.SIGKILL)
-        a.proc.wait(10)
+        a.proc.send_signal(getattr(signal, how))
+        if how == "SIGKILL":
+            a.proc.wait(10)
 
         # new connections after the kill: plain HTTP and WebSocket, all served, all by B
         after = []
@@ -160,8 +163,10 @@ def test_two_replicas_behind_nginx_one_killed(tmp_path: Path) -> None:
         for c in clients:
             c.join(90)
             assert not c.is_alive(), f"{c.rid} hangs"
-        # the survivor's clients: every sentence, normal end
-        for c in on_b:
+        if how == "SIGTERM":
+            assert a.proc.wait(30) == 0 and "drain time over" not in a.log()
+        # the survivor's clients (and with SIGTERM the draining replica's too): every sentence, normal end
+        for c in on_b + (on_a if how == "SIGTERM" else []):
             assert c.error is None and c.close_code == 1000, (c.rid, c.error)
             done = c.texts[-1]
             # every sentence spoken (the first may be cut early at a clause: one unit more)
@@ -171,7 +176,7 @@ def test_two_replicas_behind_nginx_one_killed(tmp_path: Path) -> None:
             # unaffected: the same audio as the same turn run alone after the crash (same text, same seed)
             assert b"".join(c.frames) == b"".join(ws_after.frames), c.rid
         # the killed replica's clients: an error at once, not a hang
-        for c in on_a:
+        for c in on_a if how == "SIGKILL" else []:
             assert c.close_code != 1000 and c.error is not None, c.rid
             assert c.closed_at - t_kill < 3, f"{c.rid} learned of the crash after {c.closed_at - t_kill:.1f} s"
         for rid in [*after, "after-ws"]:
@@ -179,12 +184,12 @@ def test_two_replicas_behind_nginx_one_killed(tmp_path: Path) -> None:
         lines = {m[1]: m[2] for m in re.finditer(r"rid=(\S+) upstream=(.+?) upstream_status=", lb.access())}
         for rid in after:
             assert lines[rid].split(", ")[-1] == f"127.0.0.1:{b.port}", lines[rid]
-        print(f"\nreplicas A=:{a.port} (killed) B=:{b.port}; streams on A: {[c.rid for c in on_a]}, on B: "
+        print(f"\n{how}: replicas A=:{a.port} (gets {how}) B=:{b.port}; streams on A: {[c.rid for c in on_a]}, on B: "
               f"{[c.rid for c in on_b]}")
         for c in clients:
             print(f"  {c.rid} on {where[c.rid]}: close={c.close_code} error={c.error!r} "
-                  f"audio={sum(len(f) for f in c.frames) / 48e3:.2f} s ended {c.closed_at - t_kill:+.2f} s after kill")
-        print(f"  after the kill: {len(after)} HTTP + 1 WS turn, all 200/1000 on B; nginx upstreams: "
+                  f"audio={sum(len(f) for f in c.frames) / 48e3:.2f} s ended {c.closed_at - t_kill:+.2f} s after {how}")
+        print(f"  after {how}: {len(after)} HTTP + 1 WS turn, all 200/1000 on B; nginx upstreams: "
               f"{[lines[r] for r in after]}")
         time.sleep(1)
         assert all(not Path(f"/proc/{p}").exists() or _zombie(p) for p in a_workers), "A's worker outlived it"

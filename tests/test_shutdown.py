@@ -149,6 +149,27 @@ def test_drain_timeout_closes_streams_also_a_client_that_stopped_reading(tmp_pat
         idle = Reader(f"{srv.ws}/v1/stream", None)  # connected, never sent a request
         for c in (reading, stalled, idle):
             c.start()
+        http: dict[str, Any] = {}
+
+        def http_stream() -> None:  # a long HTTP audio stream, read as it comes
+            try:
+                with httpx.stream("POST", srv.http + "/v1/audio/speech", timeout=60,
+                                  json={"input": SENTENCE * 300, "response_format": "pcm"}) as r:
+                    http["status"] = r.status_code
+                    http["bytes"] = sum(len(chunk) for chunk in r.iter_bytes())
+            except httpx.HTTPError as e:
+                http["error"] = type(e).__name__
+            http["ended"] = time.monotonic()
+
+        def http_whole() -> None:  # a whole-file response: nothing is sent before all the audio is made
+            r = httpx.post(srv.http + "/v1/audio/speech", timeout=60,
+                           json={"input": SENTENCE * 300, "response_format": "wav", "stream": False})
+            http["whole"] = (r.status_code, r.headers.get("retry-after"), r.json()["error"]["code"])
+
+        h = threading.Thread(target=http_stream, daemon=True)
+        h.start()
+        w = threading.Thread(target=http_whole, daemon=True)
+        w.start()
         assert reading.first_frame.wait(60) and stalled.first_frame.wait(60)
         time.sleep(3)  # the stalled client's socket buffers fill up
         t0 = time.monotonic()
@@ -169,12 +190,20 @@ def test_drain_timeout_closes_streams_also_a_client_that_stopped_reading(tmp_pat
         # again ends at once (no hang) with at most the frames its own buffers held
         assert stalled.closed_at is not None and stalled.closed_at - t_resume < 5 and stalled.error is None
         assert drain_s <= took < drain_s + grace_s + 10, took
+        # an HTTP stream still running at the drain's end cannot be told why: it is cut short, the client's read
+        # fails (incomplete chunked body) instead of hanging
+        h.join(10)
+        w.join(10)
+        assert http["status"] == 200 and http.get("error") == "RemoteProtocolError", http
+        assert http["whole"] == (503, "1", "shutting_down")  # not started yet: it can be told why
+        assert http["ended"] - t0 < drain_s + grace_s + 5
         assert srv.proc.returncode == 0 and "drain time over" in srv.log()
         assert all(gone(p) for p in workers), "a worker outlived the server"
         print(f"exited {took:.2f} s after SIGTERM (drain {drain_s} s + grace {grace_s} s); reader closed "
               f"{reading.result.close_code} at {reading.closed_at - t0:.2f} s, stalled client, reading again "
               f"after the exit, ended in {stalled.closed_at - t_resume:.2f} s (close "
-              f"{stalled.result.close_code or 'none: reset'}, {len(stalled.result.frames)} frames)")
+              f"{stalled.result.close_code or 'none: reset'}, {len(stalled.result.frames)} frames); HTTP stream cut at "
+              f"{http['ended'] - t0:.2f} s ({http['error']})")
     finally:
         srv.proc.kill()
 

@@ -53,11 +53,20 @@ class Reader(threading.Thread):
         self.closed_at: float | None = None
         self.error: BaseException | None = None
         self.resume = threading.Event()
+        self.local_port = 0
 
     def run(self) -> None:
         try:
-            # max_queue=1: with read=False the client stops taking bytes off the socket (backpressure)
-            with connect(self.url, open_timeout=10, max_size=None, max_queue=1 if not self.read else 16) as ws:
+            # read=False: max_queue=1 makes the client stop taking bytes off the socket (backpressure), and a small
+            # receive buffer keeps the kernel from soaking up megabytes for it, so the server's side fills up
+            sock = None
+            if not self.read:
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+                sock.connect(("127.0.0.1", int(self.url.split(":")[2].split("/")[0])))
+                self.local_port = sock.getsockname()[1]
+            with connect(self.url, sock=sock, open_timeout=10, max_size=None,
+                         max_queue=1 if not self.read else 16) as ws:
                 if self.request is not None:
                     ws.send(json.dumps(self.request))
                 try:
@@ -186,9 +195,15 @@ def test_drain_timeout_closes_streams_also_a_client_that_stopped_reading(tmp_pat
         err = reading.result.texts[-1]
         assert err["type"] == "error" and err["code"] == "shutting_down" and err["retryable"] is True
         assert reading.closed_at is not None and drain_s - 0.2 <= reading.closed_at - t0 <= drain_s + 3
-        # the client that stopped reading could not take a close frame: its connection was reset, so reading
-        # again ends at once (no hang) with at most the frames its own buffers held
+        # the client that stopped reading: when the socket buffers (kernel + uvicorn) still had room, the error frame
+        # and 1001 wait there behind the audio and it reads them on resuming; when they were full, the close could
+        # not be delivered within close_grace_s and the connection was reset. Either way reading again ends at
+        # once: no hang. (Which one happens depends on how much audio was made before the signal.)
         assert stalled.closed_at is not None and stalled.closed_at - t_resume < 5 and stalled.error is None
+        if stalled.result.close_code is None:
+            assert "close after drain not delivered" in srv.log()
+        else:
+            assert stalled.result.close_code == 1001 and stalled.result.texts[-1]["code"] == "shutting_down"
         assert drain_s <= took < drain_s + grace_s + 10, took
         # an HTTP stream still running at the drain's end cannot be told why: it is cut short, the client's read
         # fails (incomplete chunked body) instead of hanging
@@ -204,6 +219,47 @@ def test_drain_timeout_closes_streams_also_a_client_that_stopped_reading(tmp_pat
               f"after the exit, ended in {stalled.closed_at - t_resume:.2f} s (close "
               f"{stalled.result.close_code or 'none: reset'}, {len(stalled.result.frames)} frames); HTTP stream cut at "
               f"{http['ended'] - t0:.2f} s ({http['error']})")
+    finally:
+        srv.proc.kill()
+
+
+def send_queue(server_port: int, client_port: int) -> int:
+    """Bytes in the kernel send queue of the server's side of one loopback connection (/proc/net/tcp tx_queue)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        parts = line.split()
+        local, remote = parts[1], parts[2]
+        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
+            return int(parts[4].split(":")[0], 16)
+    return 0
+
+
+def test_a_client_that_stopped_reading_is_reset_not_waited_for(tmp_path: Path) -> None:
+    """The case that used to hang the server ("Waiting for connections to close"): the socket is full, so neither
+    more audio nor a close frame can go; after the drain and close_grace_s the connection is reset."""
+    srv, workers, _ = start(tmp_path, "--drain-timeout-s", "1", "--close-grace-s", "0.5")
+    try:
+        stalled = Reader(f"{srv.ws}/v1/stream", {"text": SENTENCE * 300, "seed": 2}, read=False)
+        stalled.start()
+        assert stalled.first_frame.wait(60)
+        # wait until the server's kernel send queue is full: it stops growing while the server has more to send
+        deadline, last, steady = time.monotonic() + 60, -1, 0
+        while steady < 3:
+            assert time.monotonic() < deadline, "the server's send queue never filled"
+            time.sleep(0.25)
+            queued = send_queue(srv.port, stalled.local_port)
+            steady = steady + 1 if queued == last and queued > 0 else 0
+            last = queued
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        took = wait_exit(srv, 20)
+        stalled.resume.set()
+        stalled.join(10)
+        assert not stalled.is_alive() and stalled.error is None
+        assert stalled.result.close_code is None and "close after drain not delivered" in srv.log()
+        assert 1.0 <= took < 1.0 + 0.5 + 5, took
+        assert srv.proc.returncode == 0 and all(gone(p) for p in workers)
+        print(f"send queue full at {last} bytes; exited {took:.2f} s after SIGTERM (drain 1 s + grace 0.5 s); the "
+              f"client, reading again, ended {stalled.closed_at - t0:.2f} s after SIGTERM with no close frame (reset)")
     finally:
         srv.proc.kill()
 
@@ -227,24 +283,23 @@ def test_second_signal_forces(tmp_path: Path, second: signal.Signals) -> None:
         srv.proc.kill()
 
 
-def test_new_requests_while_draining_get_503_and_health_says_draining(tmp_path: Path) -> None:
-    """Through a keep-alive connection opened before the signal (the listener itself is closed)."""
-    srv, _, _ = start(tmp_path, "--drain-timeout-s", "30")
-    try:
-        c = Reader(f"{srv.ws}/v1/stream/text", {"text": SENTENCE, "seed": 1})  # keeps the drain going
-        c.start()
-        assert c.first_frame.wait(60)
-        with httpx.Client(base_url=srv.http, timeout=10) as client:
-            assert client.get("/health").status_code == 200
-            srv.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.5)
-            # uvicorn closes idle keep-alive connections at shutdown; a request on one races that close
-            try:
-                r = client.get("/health")
-                assert r.status_code == 503 and r.json() == {"status": "draining"}
-            except httpx.TransportError:
-                pass
-        srv.proc.send_signal(signal.SIGTERM)
-        wait_exit(srv, 15)
-    finally:
-        srv.proc.kill()
+def test_requests_reaching_a_draining_app_are_refused() -> None:
+    """The gate itself (requests that still reach the app while it drains, e.g. on a keep-alive connection
+    opened before the signal), on the real app without starting its engines."""
+    from starlette.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+
+    from realtime_tts.api import create_app
+    from realtime_tts.config import load_config
+
+    app = create_app(load_config(env={"REALTIME_TTS_CONFIG": ""}))
+    app.state.drain.draining = True
+    client = TestClient(app)  # no `with`: the lifespan (engine start) never runs
+    health = client.get("/health")
+    assert health.status_code == 503 and health.json() == {"status": "draining"}
+    r = client.post("/v1/synth", json={"text": "Hello."})
+    assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.headers["connection"] == "close"
+    assert r.json()["error"]["code"] == "shutting_down" and r.json()["error"]["retryable"] is True
+    with pytest.raises(WebSocketDisconnect) as closed, client.websocket_connect("/v1/stream"):
+        pass
+    assert closed.value.code == 1001

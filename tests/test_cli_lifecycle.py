@@ -48,6 +48,10 @@ def test_daemon_json_request_log_and_stop_by_pid_file(tmp_path: Path) -> None:
         assert bad.status_code == 400
         ws = ws_exchange(f"ws://127.0.0.1:{port}/v1/stream", [{"text": SECRET, "seed": 1}])
         assert ws.close_code == 1000
+        # a frame naming a context (session mode's context_id; simple mode ignores it with a warning) is logged
+        tagged = ws_exchange(f"ws://127.0.0.1:{port}/v1/stream/text",
+                             [{"seed": 1, "context_id": "ctx-7"}, {"text": SECRET}, {"end": True}])
+        assert tagged.close_code == 1000
         out = cli("stop", "--pid-file", str(pid_file))
         assert out.returncode == 0 and "stopped after" in out.stdout, out.stdout + out.stderr
         assert not alive(pid) and not pid_file.exists()
@@ -63,6 +67,7 @@ def test_daemon_json_request_log_and_stop_by_pid_file(tmp_path: Path) -> None:
         stream = next(ln for ln in access if ln["path"] == "/v1/stream")
         assert stream["close_code"] == 1000 and stream["outcome"] == "ok" and stream["ttfa_ms"] > 0
         assert stream["audio_duration_ms"] > 1000 and stream["engine"] == "cpu"
+        assert next(ln for ln in access if ln["path"] == "/v1/stream/text")["context_ids"] == ["ctx-7"]
         assert stream["frames"] > 2 and stream["bytes_out"] > 48_000
         assert "Purple" not in log_file.read_text()  # no text at info level unless asked
         assert any("shutdown complete" in ln["msg"] for ln in lines)

@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 from live_server import REPO, free_port, ws_exchange
 
+from realtime_tts.lifecycle import alive
+
 SECRET = "Purple elephants whisper quietly."
 
 
@@ -27,13 +29,6 @@ def daemon(tmp_path: Path, port: int, *extra: str) -> tuple[int, Path, Path]:
     assert out.returncode == 0, out.stderr
     assert f"serving on 127.0.0.1:{port}" in out.stdout
     return int(pid_file.read_text()), pid_file, log_file
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_daemon_json_request_log_and_stop_by_pid_file(tmp_path: Path) -> None:

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from live_server import REPO, Server, free_port, start_server, stop_server
+from live_server import REPO, Server, children, free_port, start_server, stop_server
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
+
+from realtime_tts.lifecycle import alive
 
 CONF = REPO / "deploy" / "nginx" / "realtime-tts.conf"
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
@@ -130,7 +132,7 @@ def test_two_replicas_behind_nginx_one_goes(tmp_path: Path, how: str) -> None:
     a = start_server(tmp_path, "--cpu-workers", "1", "--log-level", "info")
     b = start_server(tmp_path, "--cpu-workers", "1", "--log-level", "info")
     replicas = {"A": a, "B": b}
-    a_workers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == a.proc.pid]
+    a_workers = children(a.proc.pid)
     lb = Nginx(tmp_path, [a.port, b.port])
     try:
         clients = [TurnClient(f"ws://127.0.0.1:{lb.port}/v1/stream/text", f"turn-{i}") for i in range(6)]
@@ -192,22 +194,8 @@ def test_two_replicas_behind_nginx_one_goes(tmp_path: Path, how: str) -> None:
         print(f"  after {how}: {len(after)} HTTP + 1 WS turn, all 200/1000 on B; nginx upstreams: "
               f"{[lines[r] for r in after]}")
         time.sleep(1)
-        assert all(not Path(f"/proc/{p}").exists() or _zombie(p) for p in a_workers), "A's worker outlived it"
+        assert a_workers and not any(alive(p) for p in a_workers), "A's worker outlived it"
     finally:
         lb.stop()
         stop_server(b)
         a.proc.kill()
-
-
-def _ppid(proc: Path) -> int:
-    try:
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True

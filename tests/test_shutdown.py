@@ -14,31 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
-from live_server import Server, WsResult, start_server
+from live_server import Server, WsResult, children, start_server
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from realtime_tts.lifecycle import alive
+
 SENTENCE = "This sentence is here to make the reply long enough to still be running. "
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
-        except OSError:
-            continue
-        if fields.get("PPid", "").strip() == str(pid):
-            out.append(int(status.parent.name))
-    return out
-
-
-def gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state == "Z"
 
 
 class Reader(threading.Thread):
@@ -142,7 +124,7 @@ def test_sigterm_lets_in_flight_streams_finish(tmp_path: Path) -> None:
         assert audio_ms > 20_000 and abs(len(ws.result.pcm) / 24 - audio_ms) < 50
         assert got["status"] == 200 and len(got["body"]) / 48 > 20_000  # pcm s16 at 24 kHz: 48 bytes per ms
         assert "shutdown complete" in srv.log() and "drain time over" not in srv.log()
-        assert all(gone(p) for p in workers), "a worker outlived the server"
+        assert not any(alive(p) for p in workers), "a worker outlived the server"
         assert not pid_file.exists()
         print(f"drained in {took:.2f} s; WS got {audio_ms / 1000:.1f} s of audio, HTTP {len(got['body']) / 48e3:.1f} s")
     finally:
@@ -213,7 +195,7 @@ def test_drain_timeout_closes_streams_also_a_client_that_stopped_reading(tmp_pat
         assert http["whole"] == (503, "1", "shutting_down")  # not started yet: it can be told why
         assert http["ended"] - t0 < drain_s + grace_s + 5
         assert srv.proc.returncode == 0 and "drain time over" in srv.log()
-        assert all(gone(p) for p in workers), "a worker outlived the server"
+        assert not any(alive(p) for p in workers), "a worker outlived the server"
         print(f"exited {took:.2f} s after SIGTERM (drain {drain_s} s + grace {grace_s} s); reader closed "
               f"{reading.result.close_code} at {reading.closed_at - t0:.2f} s, stalled client, reading again "
               f"after the exit, ended in {stalled.closed_at - t_resume:.2f} s (close "
@@ -257,7 +239,7 @@ def test_a_client_that_stopped_reading_is_reset_not_waited_for(tmp_path: Path) -
         assert not stalled.is_alive() and stalled.error is None
         assert stalled.result.close_code is None and "close after drain not delivered" in srv.log()
         assert 1.0 <= took < 1.0 + 0.5 + 5, took
-        assert srv.proc.returncode == 0 and all(gone(p) for p in workers)
+        assert srv.proc.returncode == 0 and not any(alive(p) for p in workers)
         print(f"send queue full at {last} bytes; exited {took:.2f} s after SIGTERM (drain 1 s + grace 0.5 s); the "
               f"client, reading again, ended {stalled.closed_at - t0:.2f} s after SIGTERM with no close frame (reset)")
     finally:
@@ -278,7 +260,7 @@ def test_second_signal_forces(tmp_path: Path, second: signal.Signals) -> None:
         took = wait_exit(srv, 15)
         c.join(10)
         assert not c.is_alive() and took < 10
-        assert all(gone(p) for p in workers), "a worker outlived the server"
+        assert not any(alive(p) for p in workers), "a worker outlived the server"
     finally:
         srv.proc.kill()
 

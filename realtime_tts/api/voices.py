@@ -68,15 +68,16 @@ class ReferenceCache:
         self._prompts: OrderedDict[str, VoicePrompt] = OrderedDict()
 
     async def prompt(self, service: Service, engine: Engine, data: bytes, ref_text: str | None) -> VoicePrompt:
-        if ref_text is None or not ref_text.strip():
-            raise BadRequest("ref_text (the transcript of the reference audio) is required", field="ref_text")
-        key = hashlib.sha256(data + b"\0" + ref_text.strip().encode()).hexdigest()[:32]
+        text = (ref_text or "").strip()
+        key = hashlib.sha256(data + b"\0" + text.encode()).hexdigest()[:32]
         hit = self._prompts.get(key)
         if hit is not None and hit.engine == engine.capabilities.engine:
             self._prompts.move_to_end(key)
             return hit
-        samples, rate = await asyncio.to_thread(reference.decode, data)
-        prompt = await service.encode_voice(engine, samples, rate, ref_text.strip())
+        samples, rate = await asyncio.to_thread(reference.decode, data)  # the audio's problems first
+        if not text:
+            raise BadRequest("ref_text (the transcript of the reference audio) is required", field="ref_text")
+        prompt = await service.encode_voice(engine, samples, rate, text)
         prompt = dataclasses.replace(prompt, key=f"inline:{key}")
         self._prompts[key] = prompt
         while len(self._prompts) > self._size:

@@ -1,6 +1,6 @@
 """The voice library's routes: POST /v1/voices (reference audio + ref_text, or "from_design"), GET /v1/voices,
-GET and DELETE /v1/voices/{voice_id}; and the reading of a request's reference recording (shared with
-POST /v1/audio/clone).
+GET and DELETE /v1/voices/{voice_id}; the reading of a request's reference recording (shared with
+POST /v1/audio/clone); and inline references (ref_audio_base64 + ref_text on any entry point), encoded once.
 
 A saved voice is the engine's encoded clone prompt (voices/store.py), so using it never re-encodes audio.
 Imports api.http (form parsing), voices, engine.base; never an engine's internals, never torch.

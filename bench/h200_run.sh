@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# First, here (PyPI reachable): bash bench/gpu_wheels.sh — it makes .gpuwhl/, the wheels this installs; name
+# .gpuwhl in the device call's carry. WHEELS=DIR installs from another folder (e.g. ../.gpuwhl when the
+# checkout travels in a subfolder).
 # One device call on the H200 (see /work/.library/device), under 10 minutes: install the carried wheels
 # (.gpuwhl: the web stack, hibari-tts, omnivoice 0.2.1 as the oracle, soundfile/pydub), then, each when its
 # flag is 1 and time is left:
@@ -16,7 +19,7 @@ set -uo pipefail
 start=$SECONDS
 log="$OUT/run.log"
 left() { echo $(( ${BUDGET_S:-560} - (SECONDS - start) )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpuwhl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${WHEELS:-.gpuwhl}"/*.whl || exit 1
 export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$log"
 git log --oneline -1 >> "$log" 2>/dev/null

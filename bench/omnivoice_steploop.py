@@ -72,11 +72,12 @@ class ReplayTimer:
         torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
 
     def take(self) -> tuple[float, float, int]:
-        """(GPU busy s, GPU gap s, steps) of the marks so far (synchronises), then forget them."""
-        if not torch.cuda.is_available():
-            return 0.0, 0.0, 0
-        torch.cuda.synchronize()
+        """(GPU busy s, GPU gap s, steps) of the marks so far (waits for the last), then forget them. No device-wide
+        sync: the decode thread may be capturing a codec graph, which a device sync would invalidate."""
         marks, self.marks = self.marks, []
+        if not marks:
+            return 0.0, 0.0, 0
+        marks[-1][1].synchronize()  # the marks are on one stream: all are done then
         busy = sum(s.elapsed_time(e) for s, e in marks) / 1000.0
         gap = sum(max(0.0, e0.elapsed_time(s1)) for (_, e0), (s1, _) in itertools.pairwise(marks)) / 1000.0
         return busy, gap, len(marks)
@@ -175,7 +176,8 @@ def main() -> None:
     p.add_argument("--max-batch-tokens", type=int, default=16384, help="room for 128 short segments per step")
     p.add_argument("--label", default="this tree")
     p.add_argument("--device", default="cuda:0", help="cpu: a smoke run of the script (tiny checkpoint)")
-    p.add_argument("--profile", type=int, default=0, help="cProfile the loop thread at this item count")
+    p.add_argument("--profile", type=int, default=0, help="then one more pass at this item count with the loop "
+                   "thread under cProfile (steploop_profile_<label>.txt; not in the table)")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     args = p.parse_args()
 
@@ -198,26 +200,34 @@ def main() -> None:
                                 precision="reference", swiglu_gemm_min_tokens=8192)
     backend = loop_mod.ModelBackend(options)
     print(f"backend ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    tune = getattr(loop_mod, "tune_interpreter", None)  # what the tree's worker process main() sets up
+    if tune is not None:
+        tune()
+    print(f"thread switch interval {sys.getswitchinterval() * 1000:g} ms", flush=True)
     timer = ReplayTimer()
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     rows = []
-    for n in [int(x) for x in args.items.split(",") if x]:
+    # the profiled pass (if any) runs after the table's, so the profiler's overhead is in no row
+    passes = [int(x) for x in args.items.split(",") if x] + ([args.profile] if args.profile else [])
+    for i, n in enumerate(passes):
+        profiled = bool(args.profile) and i == len(passes) - 1
         row = run_one(backend, ipc, loop_mod, n, args.max_batch_tokens, args.seconds, args.warm_steps, timer,
-                      args.profile == n)
+                      profiled)
         row["label"] = args.label
         prof = row.pop("profile", None)
         print(json.dumps(row), flush=True)
         if prof:
             print(prof, flush=True)
             slug = "".join(c if c.isalnum() else "_" for c in args.label).strip("_")
-            (Path(args.out_dir) / f"steploop_profile_{slug}.txt").write_text(prof)
+            (Path(args.out_dir) / f"steploop_profile_{slug}.txt").write_text(json.dumps(row) + "\n" + prof)
+            continue
         rows.append(row)
     commit = subprocess.run(["git", "log", "--format=%h %cs", "-1"], capture_output=True, text=True,
                             check=False).stdout.strip()
     lines = [f"### {args.label}", "", f"- command: `python {' '.join(sys.argv)}`",
              (f"- tree: {os.environ.get('PYTHONPATH', '.')} ({commit or 'no git'}), "
              f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU'}, "
-             f"torch {torch.__version__}"), "",
+             f"torch {torch.__version__}; thread switch interval {sys.getswitchinterval() * 1000:g} ms"), "",
              ("| items in flight | steps/s | items / tokens per step | wall ms/step | host ms/step | waits for GPU "
              "ms/step | GPU busy ms/step | GPU idle gap ms/step | GPU idle % |"), "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

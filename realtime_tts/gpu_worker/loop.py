@@ -12,7 +12,6 @@ import logging
 import os
 import queue
 import random
-import sys
 import threading
 import time
 import traceback
@@ -31,12 +30,6 @@ from realtime_tts.gpu_worker.scheduler import Scheduler, StepPlan, StepTimeModel
 log = logging.getLogger("realtime_tts.worker")
 # The step loop's own host work per step (scheduler, bookkeeping), added to the measured step times.
 _LOOP_HOST_S = 0.0003
-# The interpreter's thread switch interval in a worker process. Three threads share the GIL (step loop, decode
-# thread, pipe reader); each time one returns from a call that released the GIL (a graph replay, an event wait,
-# the decode's copy to the host) it waits for the GIL until the holder reaches a blocking call or this interval
-# ends (CPython's default 5 ms): with the decode thread busy under load, the step loop lost up to that much per
-# such call (H200 serving run: 7-9 ms of "host work" per step at 50-60 items, growing with load).
-SWITCH_INTERVAL_S = 0.0005
 
 
 class Backend(Protocol):
@@ -626,14 +619,8 @@ class WorkerLoop:
         self.send(stats)
 
 
-def tune_interpreter() -> None:
-    """Process-wide settings of a worker process (see SWITCH_INTERVAL_S)."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-
-
 def main(options: ipc.WorkerOptions, conn_in: Connection, conn_out: Connection) -> None:
     """Process entry point (multiprocessing spawn target)."""
-    tune_interpreter()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker{options.worker_id} %(levelname)s "
                                                    "%(name)s: %(message)s")
     send = _Outbox(conn_out)

@@ -5,7 +5,7 @@ No GPU, no model: it answers "what do the scheduling policy, its knobs and the c
 underruns and load latency", one change at a time. Runs on the CPU (torch is imported only as
 gpu_worker/runner.py's module, for its TOKEN_BUCKETS).
 
-Model (calibrated against bench/results/omnivoice_serve_h200_run10.md):
+Model (calibrated against serving run 10, bench/results/HISTORY.md):
 - a step costs the measured time of its CUDA-graph token bucket (runner.TOKEN_BUCKETS; STEP_MS, H200 run 8
   warm-up) + host work per step, slowed in proportion to the frames of a codec call running beside it (Cost);
 - one decode thread (worker._decode_loop): it takes every finished segment queued since its last call, decodes
@@ -309,7 +309,7 @@ def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed
             self.first_due = self.emit[0] + FIRST_AUDIO_S
 
         def deadline(self, k: int, t: float) -> float | None:
-            """service._segment_request at time t."""
+            """service Plan.request (realtime_tts/service/planning.py) at time t."""
             if k == 0:
                 return None
             first = self.sent[0] if self.sent[0] is not None and self.sent[0] <= t else None

@@ -84,9 +84,10 @@ def start_delay_steps(running: Iterable[tuple[int, int]], waiting_ahead: int, to
     batching: a step holds `budget` tokens; the segment starts once the tokens ahead of it (every running
     segment, (tokens, steps left) each, plus `waiting_ahead` tokens queued before it) leave it room. Running
     segments free their tokens after their remaining steps; queued work ahead beyond that must itself pass
-    through the batch, which turns over `budget` tokens every `num_steps` steps."""
+    through the batch, which turns over `budget` tokens every `num_steps` steps. A segment larger than the budget
+    runs alone once nothing is ahead of it (the scheduler's rule), so it counts as one budget."""
     run = sorted(running, key=lambda r: r[1])
-    excess = sum(t for t, _ in run) + waiting_ahead + tokens - budget
+    excess = sum(t for t, _ in run) + waiting_ahead + min(tokens, budget) - budget
     if excess <= 0:
         return 0.0
     freed = 0

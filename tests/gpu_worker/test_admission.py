@@ -43,8 +43,10 @@ def test_step_clock_follows_a_change_and_falls_back_to_proportional_on_one_size(
 
 
 def test_start_delay_in_the_fluid_view_of_continuous_batching() -> None:
-    # room in the step: starts at once
+    # room in the step: starts at once; so does a segment larger than a step on an idle worker (it runs alone)
     assert start_delay_steps([(1000, 10)], 0, 500, budget=2000, num_steps=32) == 0
+    assert start_delay_steps([], 0, 5000, budget=2000, num_steps=32) == 0
+    assert start_delay_steps([(1000, 10)], 0, 5000, budget=2000, num_steps=32) == 10
     # full: starts when enough running tokens have left; the soonest finishers go first
     running = [(1000, 20), (1000, 5), (1000, 12)]
     assert start_delay_steps(running, 0, 500, budget=3000, num_steps=32) == 5

@@ -222,12 +222,24 @@ def server_delta(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
             "refused": per_worker("admission_refusals_total")}
 
 
-def measured(url: str, run: Any) -> tuple[dict[str, Any], dict[str, float]]:
-    """Run one table row between two /metrics scrapes → (row, server-side figures of that run)."""
-    before = scrape(url)
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) the process has used so far (Linux /proc; nan elsewhere or without a pid)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return float("nan")
+
+
+def measured(url: str, run: Any, web_pid: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run one table row between two /metrics scrapes → (row, server-side figures of that run). web_pid: the
+    server's web process (not its workers), whose CPU seconds over the run are reported as web_cpu_s."""
+    before, cpu0 = scrape(url), cpu_seconds(web_pid)
     row = asyncio.run(run)
     time.sleep(0.6)  # workers report step times every 0.25 s: let the last report land
-    return row, server_delta(before, scrape(url))
+    server = server_delta(before, scrape(url))
+    server["web_cpu_s"] = cpu_seconds(web_pid) - cpu0
+    return row, server
 
 
 def server_table(rows: list[tuple[str, dict[str, float]]]) -> list[str]:
@@ -236,16 +248,19 @@ def server_table(rows: list[tuple[str, dict[str, float]]]) -> list[str]:
                   "segments of each segment's mean batch size; host ms/step: the step loop's host work less its "
                   "waits for the GPU; GPU in steps / idle gaps: device time of the steps and the device's idle time "
                   "between back-to-back steps; codec GPU s: device time of codec decodes, its share of the card = "
-                  "codec s / the run's wall time; refused: admission refusals):"), "",
+                  "codec s / the run's wall time; refused: admission refusals; web CPU s: CPU time of the server's "
+                  "web process over the run, from /proc — near the run's wall time means its one event loop "
+                  "was saturated):"), "",
              ("| run | steps | step mean / p50 / p95 ms | busy s | segments | batch items | CUDA graph hits / misses "
-              "| host ms/step | GPU in steps s | GPU idle gaps ms/step | codec GPU s | refused |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| host ms/step | GPU in steps s | GPU idle gaps ms/step | codec GPU s | refused | web CPU s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r['steps']:.0f} | {r['step_mean_ms']:.2f} / {r['step_p50_ms']:.2f} / "
                      f"{r['step_p95_ms']:.2f} | {r['step_busy_s']:.2f} | {r['segments']:.0f} | "
                      f"{r['batch_items_mean']:.1f} | {r['graph_hits']:.0f} / {r['graph_misses']:.0f} "
                      f"| {1000 * r['host_s'] / max(1, r['steps']):.2f} | {r['gpu_busy_s']:.2f} "
-                     f"| {1000 * r['gpu_gap_s'] / max(1, r['steps']):.3f} | {r['codec_s']:.2f} | {r['refused']:.0f} |")
+                     f"| {1000 * r['gpu_gap_s'] / max(1, r['steps']):.3f} | {r['codec_s']:.2f} | {r['refused']:.0f} "
+                     f"| {r.get('web_cpu_s', float('nan')):.2f} |")
     return lines
 
 
@@ -382,6 +397,7 @@ def main() -> None:
     args = p.parse_args()
 
     proc = None
+    web_pid = None
     ckpt = args.ckpt
     if args.url is None:
         if args.build:
@@ -404,6 +420,7 @@ def main() -> None:
         port = free_port()
         t0 = time.perf_counter()
         proc = start_server(ckpt, port, args.server_args.split())
+        web_pid = proc.pid
         print(f"server healthy in {time.perf_counter() - t0:.1f} s", flush=True)
         url = f"http://127.0.0.1:{port}"
     else:
@@ -418,12 +435,12 @@ def main() -> None:
     try:
         asyncio.run(run_agents(ws_url, 1, args.words_per_s, params))  # warm-up: first-use costs
         for n in [int(x) for x in args.agents.split(",") if x]:
-            row, server = measured(url, run_agents(ws_url, n, args.words_per_s, params, conv))
+            row, server = measured(url, run_agents(ws_url, n, args.words_per_s, params, conv), web_pid)
             agent_rows.append(row)
             agent_server.append((f"{n} agents", server))
             print("agents", json.dumps(row), "server", json.dumps(server), flush=True)
         for num, rate in loads:
-            load_row, load_server = measured(url, run_load(url, num, rate, params))
+            load_row, load_server = measured(url, run_load(url, num, rate, params), web_pid)
             load_rows.append((load_row, load_server))
             print("load", json.dumps(load_row), "server", json.dumps(load_server), flush=True)
         health = httpx.get(url + "/health", timeout=10).json()

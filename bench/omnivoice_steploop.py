@@ -48,6 +48,52 @@ SENTENCES = (
 )
 
 
+class StackSampler:
+    """Where one thread's wall time goes: samples its Python stack every `period_s` from another thread
+    (sys._current_frames) and counts the innermost frame ("self": that line was running, or blocked in the C
+    call it makes) and every function on the stack ("total"). Unlike cProfile (interpreter-wide since 3.12) it
+    sees only that thread, and it counts time spent waiting for the GIL or in blocking C calls where it is."""
+
+    def __init__(self, thread_id: int, period_s: float = 0.0005) -> None:
+        self.thread_id, self.period_s = thread_id, period_s
+        self.self_counts: dict[str, int] = {}
+        self.total_counts: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> str:
+        self._stop.set()
+        self._thread.join()
+        lines = [f"{self.samples} samples of the loop thread every {1000 * self.period_s:g} ms", "", ("self (innermost "
+                 "frame: running, or blocked in the C call it makes):")]
+        for key, c in sorted(self.self_counts.items(), key=lambda kv: -kv[1])[:25]:
+            lines.append(f"  {100 * c / max(1, self.samples):5.1f}%  {key}")
+        lines += ["", "total (on the stack):"]
+        for key, c in sorted(self.total_counts.items(), key=lambda kv: -kv[1])[:25]:
+            lines.append(f"  {100 * c / max(1, self.samples):5.1f}%  {key}")
+        return "\n".join(lines)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            frame = sys._current_frames().get(self.thread_id)
+            if frame is None:
+                continue
+            self.samples += 1
+            leaf = f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
+            self.self_counts[leaf] = self.self_counts.get(leaf, 0) + 1
+            seen = set()
+            while frame is not None:
+                key = f"{frame.f_code.co_filename.rsplit('/', 2)[-1]} {frame.f_code.co_name}"
+                if key not in seen:
+                    seen.add(key)
+                    self.total_counts[key] = self.total_counts.get(key, 0) + 1
+                frame = frame.f_back
+
+
 class ReplayTimer:
     """Timing events around every CUDAGraph.replay made by one thread (the loop's)."""
 
@@ -84,7 +130,7 @@ class ReplayTimer:
 
 
 def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds: float, warm_steps: int,
-            timer: ReplayTimer, profile: bool) -> dict[str, Any]:
+            timer: ReplayTimer, profile: bool, sample: bool = False) -> dict[str, Any]:
     """Keep n segments in flight in a fresh WorkerLoop; measure a window of `seconds` after warm_steps."""
     options = ipc.WorkerOptions(worker_id=0, model_dir="", device=backend.device, dtype="bf16",
                                 max_batch_tokens=budget, latency_batch_tokens=0, stats_interval_s=0.25)
@@ -140,6 +186,9 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
         time.sleep(0.01)
     timer.on = True
     timer.take()
+    sampler = StackSampler(thread.ident) if sample and thread.ident is not None else None
+    if sampler is not None:
+        sampler.start()
     steps0, wait0, t0 = runner.stats.steps, runner.stats.wait_s, time.perf_counter()
     act0 = loop._activity
     items0, tokens0 = act0.items, act0.tokens
@@ -147,6 +196,7 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
     steps1, wait1, t1 = runner.stats.steps, runner.stats.wait_s, time.perf_counter()
     act1 = loop._activity
     busy, gap, timed = timer.take()
+    sampled = sampler.stop() if sampler is not None else None
     timer.on = False
     inbox.put(ipc.Shutdown())
     done.wait(120)
@@ -160,6 +210,8 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
            "host_ms_per_step": 1000 * ((t1 - t0) - (wait1 - wait0)) / steps,
            "gpu_busy_ms_per_step": 1000 * busy / max(1, timed), "gpu_gap_ms_per_step": 1000 * gap / max(1, timed),
            "gpu_idle_pct": 100 * gap / max(1e-9, busy + gap), "timed_steps": timed}
+    if sampled is not None:
+        row["profile"] = sampled
     if prof is not None:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
@@ -180,6 +232,8 @@ def main() -> None:
     p.add_argument("--device", default="cuda:0", help="cpu: a smoke run of the script (tiny checkpoint)")
     p.add_argument("--profile", type=int, default=0, help="then one more pass at this item count with the loop "
                    "thread under cProfile (steploop_profile_<label>.txt; not in the table)")
+    p.add_argument("--sample", action="store_true", help="the extra --profile pass samples the loop thread's "
+                   "stack every 0.5 ms instead of running cProfile (only that thread; blocked time included)")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     args = p.parse_args()
 
@@ -212,7 +266,7 @@ def main() -> None:
     for i, n in enumerate(passes):
         profiled = bool(args.profile) and i == len(passes) - 1
         row = run_one(backend, ipc, loop_mod, n, args.max_batch_tokens, args.seconds, args.warm_steps, timer,
-                      profiled)
+                      profiled and not args.sample, profiled and args.sample)
         row["label"] = args.label
         prof = row.pop("profile", None)
         print(json.dumps(row), flush=True)

@@ -488,7 +488,8 @@ class WorkerLoop:
             return False
         self._fail(request_id, errors.Overloaded(
             f"omnivoice worker {self.options.worker_id} is full: this request would start in about "
-            f"{decision.wait_s:.1f} s (limit {self.options.admission_wait_s:g} s)", retry_after_ms=decision.retry_after_ms))
+            f"{decision.wait_s:.1f} s (limit {self.options.admission_wait_s:g} s)",
+            retry_after_ms=decision.retry_after_ms))
         return True
 
     def _encode_voice(self, message: ipc.EncodeVoice) -> None:

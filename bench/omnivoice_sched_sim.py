@@ -323,7 +323,8 @@ class _Turn:
         self.done: list[float | None] = [None] * len(units)
         self.sent: list[float | None] = [None] * len(units)  # emitted in order by the service
         self.first_due = self.emit[0] + FIRST_AUDIO_S
-        self.barge_after, self.barged_at, self.on_end = barge_after, None, on_end
+        self.barge_after, self.on_end = barge_after, on_end
+        self.barged_at: float | None = None
         self.played_out = False
         self.end_s: float | None = None  # when its playback ends (once all is generated)
         self.submitted: set[int] = set()
@@ -598,9 +599,9 @@ def calibrate16() -> None:
         print(f"| {n} | sim | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} ({100 * (r['p95_ms'] / p95 - 1):+.0f}%) "
               f"| {r['turns_with_underrun']} | {r['steps']} | {r['step_ms']:.2f} |", flush=True)
     print("\n| load | H200 p50 / p95 s | sim p50 / p95 s |\n|---|---|---|")
-    for (num, rate), (p50, p95) in RUN16_LOAD.items():
+    for (num, rate), (load_p50, load_p95) in RUN16_LOAD.items():
         r = sim_load(RUN16_KNOBS, RUN16_COST, num, rate)
-        print(f"| {num} @ {rate:g}/s | {p50:.3f} / {p95:.3f} | {r['p50_s']:.3f} / {r['p95_s']:.3f} |", flush=True)
+        print(f"| {num} @ {rate:g}/s | {load_p50:.3f} / {load_p95:.3f} | {r['p50_s']:.3f} / {r['p95_s']:.3f} |", flush=True)
     print("\n### One change at a time (sim, calibrated costs)\n")
     print("| change | N=250: p95 ms, turns with underrun | N=300 |\n|---|---|---|")
     for label, k, c in RUN16_WHATIFS:

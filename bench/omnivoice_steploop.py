@@ -115,7 +115,7 @@ class ReplayTimer:
             timer.marks.append((start, end))
             return None
 
-        torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
+        torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign,assignment]
 
     def take(self) -> tuple[float, float, int]:
         """(GPU busy s, GPU gap s, steps) of the marks so far (waits for the last), then forget them. No device-wide

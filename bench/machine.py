@@ -72,3 +72,14 @@ def serve(port: int, *args: str, env: dict[str, str] | None = None, timeout_s: f
         time.sleep(0.3)
     proc.kill()
     raise SystemExit(f"server did not become healthy; log: {log.name}")
+
+
+def git_commit(repo: Path) -> str:
+    """The short commit the benchmark ran at ("unknown" outside a git checkout)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                              check=False).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"

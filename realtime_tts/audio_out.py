@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import io
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any
 
-import av
 import numpy as np
 import soxr
 
@@ -36,6 +36,14 @@ _RAW_TYPES = {
 }
 # WAVE format tags: PCM, IEEE float, A-law, mu-law.
 _WAV_TAGS = {"pcm_s16le": 1, "pcm_f32le": 3, "pcm_alaw": 6, "pcm_mulaw": 7}
+
+
+def _av() -> Any:
+    """PyAV, imported on first use: only the encoded formats (mp3/opus/aac/flac containers, G.711) need it, so
+    a server that sends raw PCM starts without the library (the GPU device carries no PyAV wheel)."""
+    import av
+
+    return av
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +144,7 @@ class _G711:
     and gone in 3.13). Stateless per sample, so each push encodes on its own."""
 
     def __init__(self, encoding: str, sample_rate: int):
-        self._ctx: Any = av.CodecContext.create(encoding, "w")
+        self._ctx: Any = _av().CodecContext.create(encoding, "w")
         self._ctx.sample_rate = sample_rate
         self._ctx.layout = "mono"
         self._ctx.format = "s16"
@@ -146,7 +154,7 @@ class _G711:
     def encode(self, pcm16: np.ndarray) -> bytes:
         if not len(pcm16):
             return b""
-        frame = av.AudioFrame.from_ndarray(pcm16.reshape(1, -1), format="s16", layout="mono")
+        frame = _av().AudioFrame.from_ndarray(pcm16.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = self._rate
         return b"".join(bytes(p) for p in self._ctx.encode(frame))
 
@@ -190,7 +198,7 @@ class _Encoder:
         self._rate = sample_rate
         self._sink = _Sink()
         self._file: io.BytesIO | None = io.BytesIO() if seekable else None
-        self._container: Any = av.open(self._file or self._sink, "w", format=codec.muxer,
+        self._container: Any = _av().open(self._file or self._sink, "w", format=codec.muxer,
                                        container_options=codec.options)
         self._stream: Any = self._container.add_stream(codec.codec, rate=sample_rate, layout="mono")
         ctx = self._stream.codec_context
@@ -202,9 +210,9 @@ class _Encoder:
     def push(self, samples: np.ndarray) -> bytes:
         if len(samples):
             if self._codec.sample_format == "s16":
-                frame = av.AudioFrame.from_ndarray(to_int16(samples).reshape(1, -1), format="s16", layout="mono")
+                frame = _av().AudioFrame.from_ndarray(to_int16(samples).reshape(1, -1), format="s16", layout="mono")
             else:
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples, np.float32).reshape(1, -1),
+                frame = _av().AudioFrame.from_ndarray(np.ascontiguousarray(samples, np.float32).reshape(1, -1),
                                                    format=self._codec.sample_format, layout="mono")
             frame.sample_rate = self._rate
             frame.pts = self._pts
@@ -256,16 +264,28 @@ class AudioOutput:
             codec, fmt.sample_rate, fmt.bit_rate or _DEFAULT_BIT_RATES.get(fmt.container), seekable=whole)
         self._finished = False
         self.samples_out = 0  # at the output rate
+        # push/finish run on a worker thread (asyncio.to_thread) while close() may come from the event loop (the
+        # client left): closing FFmpeg state under a running encode crashed the process (segfault in
+        # libavformat, seen when LiveKit's OpenAI plugin dropped an mp3 SSE stream). One at a time.
+        self._lock = threading.Lock()
 
     def push(self, pcm: bytes | np.ndarray) -> bytes:
-        if self._passthrough and isinstance(pcm, bytes):
-            self.samples_out += len(pcm) // 2
-            return self._hold(self._take_header() + pcm)
-        return self._hold(self._emit(self._resampler.push(_as_float(pcm))))
+        """Wire bytes for the next engine chunk; b"" once the stream is finished or closed."""
+        with self._lock:
+            if self._finished:
+                return b""
+            if self._passthrough and isinstance(pcm, bytes):
+                self.samples_out += len(pcm) // 2
+                return self._hold(self._take_header() + pcm)
+            return self._hold(self._emit(self._resampler.push(_as_float(pcm))))
 
     def finish(self) -> bytes:
         """The tail of the stream (whole: the complete file); call once. A stream with no audio is still
         valid (WAV header, empty container)."""
+        with self._lock:
+            return self._finish()
+
+    def _finish(self) -> bytes:
         if self._finished:
             return b""
         self._finished = True
@@ -286,10 +306,13 @@ class AudioOutput:
         return b""
 
     def close(self) -> None:
-        """Drop the stream without its tail (cancel, client gone): frees the encoder."""
-        if not self._finished and self._encoder is not None:
-            self._finished = True
-            self._encoder.close()
+        """Drop the stream without its tail (cancel, client gone): frees the encoder. Waits for a push or finish
+        running on another thread (a few ms at most); later pushes return nothing."""
+        with self._lock:
+            if not self._finished:
+                self._finished = True
+                if self._encoder is not None:
+                    self._encoder.close()
 
     def _take_header(self) -> bytes:
         header, self._header = self._header, b""

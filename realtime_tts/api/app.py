@@ -6,18 +6,14 @@ Imports service, protocol, audio, metrics, engine.pool, text (its warm-up); neve
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import dataclasses
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from starlette.applications import Starlette
-from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -25,11 +21,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from realtime_tts import audio, protocol, text
+from realtime_tts import protocol, text
+from realtime_tts.api.access_log import access_log
+from realtime_tts.api.drain import Drain
 from realtime_tts.api.errors import error_response
-from realtime_tts.api.guard import Guard, principal_of
+from realtime_tts.api.guard import Guard, keep_ws_protocol, principal_of
 from realtime_tts.api.http import _form, _json_body, respond, style_instructions
 from realtime_tts.api.simple_ws import SimpleSession
+from realtime_tts.api.voices import ReferenceCache, reference_bytes, voice_routes
 from realtime_tts.audio_out import RESPONSE_FORMATS
 from realtime_tts.auth import ANONYMOUS, Authenticator, install_log_redaction
 from realtime_tts.config import Config
@@ -38,6 +37,7 @@ from realtime_tts.errors import BadRequest, NotFound, TTSError
 from realtime_tts.limits import ConnectionLimiter, RateLimiter
 from realtime_tts.metrics import CONTENT_TYPE, Metrics
 from realtime_tts.service import Service
+from realtime_tts.voices.store import VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,9 @@ class AppState:
         self.config = config
         self.metrics = Metrics()
         self.pool = EnginePool(config)
-        self.service = Service(config, self.pool, self.metrics)
+        self.voices = VoiceStore(config.omnivoice.voices_dir)
+        self.references = ReferenceCache()  # inline clone references, encoded once
+        self.service = Service(config, self.pool, self.metrics, self.voices)
         self.auth = Authenticator.from_config(config.security)
         lim = config.limits
         self.connections = ConnectionLimiter(lim.max_connections, lim.max_connections_per_key)
@@ -61,16 +63,20 @@ class AppState:
         req = protocol.parse_speech(obj, max_chars=self.config.text.max_text_chars, formats=RESPONSE_FORMATS,
                                     default_format="mp3")
         req = style_instructions(self.pool, req)
-        synth = self.service.open(req, endpoint="speech", streaming=req.stream is not False)
+        prompt = await self.references.for_request(self, req)
+        synth = self.service.open(req, endpoint="speech", streaming=req.stream is not False, prompt=prompt)
         return await respond(self, req, endpoint="speech", synth=synth)
 
     async def synth(self, request: Request) -> Response:
         obj = await _json_body(request, self.config.server.max_ws_message_bytes * 4)
         req = protocol.parse_synth(obj, max_chars=self.config.text.max_text_chars)
-        synth = self.service.open(req, endpoint="synth", streaming=False)
+        prompt = await self.references.for_request(self, req)
+        synth = self.service.open(req, endpoint="synth", streaming=False, prompt=prompt)
         return await respond(self, req, endpoint="synth", synth=synth)
 
     async def clone(self, request: Request) -> Response:
+        # Before the body is read: an engine that can clone (the CPU voice alone answers 400 naming omnivoice).
+        self.pool.route(request.query_params.get("model"), "clone")
         fields, files = await _form(request)
         if str(fields.get("voice", "")).lower() == "clone":
             fields.pop("voice")  # the endpoint already says "clone"; the reference comes with the request
@@ -78,9 +84,8 @@ class AppState:
                                     allowed=protocol.CLONE_FIELDS | set(files), coerce=True)
         params = dataclasses.replace(req.params, voice_mode="clone", voice="clone")
         engine = self.pool.route(params.model, "clone")  # the CPU voice refuses here: 400 naming omnivoice
-        recording = await self._reference_audio(fields, files)
-        samples, rate = await asyncio.to_thread(self._decode, recording)
-        prompt = await self.service.encode_voice(engine, samples, rate, req.ref_text or "")
+        recording = await reference_bytes(fields, files)
+        prompt = await self.references.prompt(self.service, engine, recording, req.ref_text)
         req = dataclasses.replace(req, params=params)
         synth = self.service.open(req, endpoint="clone", streaming=req.stream is not False, prompt=prompt, engine=engine)
         return await respond(self, req, endpoint="clone", synth=synth)
@@ -97,32 +102,6 @@ class AppState:
         req = dataclasses.replace(req, params=params)
         synth = self.service.open(req, endpoint="design", streaming=req.stream is not False, engine=engine)
         return await respond(self, req, endpoint="design", synth=synth)
-
-    @staticmethod
-    async def _reference_audio(fields: dict[str, Any], files: dict[str, UploadFile]) -> bytes:
-        upload = files.get("ref_audio")
-        if upload is not None:
-            data = await upload.read()
-            if not data:
-                raise BadRequest("ref_audio is an empty file", field="ref_audio")
-            return data
-        b64 = fields.get("ref_audio_base64") or fields.get("ref_audio")
-        if not isinstance(b64, str) or not b64.strip():
-            raise BadRequest("ref_audio (a file) or ref_audio_base64 is required", field="ref_audio")
-        try:
-            return base64.b64decode(b64.split(",", 1)[-1], validate=True)  # also takes a data: URL
-        except (binascii.Error, ValueError):
-            raise BadRequest("ref_audio_base64 is not valid base64", field="ref_audio_base64") from None
-
-    @staticmethod
-    def _decode(data: bytes) -> tuple[Any, int]:
-        try:
-            samples, rate = audio.decode(data)
-        except (RuntimeError, ValueError, TypeError) as e:  # soundfile.LibsndfileError is a RuntimeError
-            raise BadRequest(f"ref_audio could not be decoded as audio: {e}", field="ref_audio") from None
-        if len(samples) < rate // 2:
-            raise BadRequest("ref_audio is shorter than 0.5 s", field="ref_audio")
-        return samples, rate
 
     async def auth_token(self, request: Request) -> Response:
         """POST /v1/auth/token: a short-lived token for the caller's key (browser WebSockets: ?token=...)."""
@@ -149,8 +128,9 @@ class AppState:
         return JSONResponse({
             "name": "realtime_tts",
             "endpoints": ["WS /v1/stream", "WS /v1/stream/text", "POST /v1/audio/speech", "POST /v1/synth",
-                          "POST /v1/audio/clone", "POST /v1/audio/design", "GET /health", "GET /v1/models",
-                          "GET /metrics", "POST /v1/auth/token"],
+                          "POST /v1/audio/clone", "POST /v1/audio/design", "GET /v1/voices",
+                          "POST /v1/voices", "GET /v1/voices/{voice_id}", "DELETE /v1/voices/{voice_id}",
+                          "GET /health", "GET /v1/models", "GET /metrics", "POST /v1/auth/token"],
             "docs": "docs/protocol.md",
         })
 
@@ -187,6 +167,7 @@ def create_app(config: Config) -> Starlette:
         # Chinese text is not split on the event loop with a cold jieba; readiness never waits for it.
         threading.Thread(target=_warm_text, name="text-warm-up", daemon=True).start()
         install_log_redaction()  # uvicorn's handlers exist by now: keys in URLs or headers never reach a log
+        await asyncio.to_thread(state.voices.open)
         await state.pool.start()
         try:
             yield
@@ -225,14 +206,20 @@ def create_app(config: Config) -> Starlette:
         Route("/v1/auth/token", state.auth_token, methods=["POST"]),
         WebSocketRoute("/v1/stream", state.ws_stream),
         WebSocketRoute("/v1/stream/text", state.ws_stream_text),
+        *voice_routes(state, state.voices),
     ]
     sec = config.security
     public = frozenset({*(["/health"] if sec.public_health else []), *(["/metrics"] if sec.public_metrics else [])})
     # The guard wraps the router itself, so every route, present or added later, is behind it (tests/test_auth.py
-    # walks the route table to prove it).
+    # walks the route table to prove it). It sits inside the access log (refusals are logged) and the drain gate;
+    # keep_ws_protocol, outermost, keeps uvicorn's protocol object before the others wrap send.
     guard = Middleware(Guard, auth=state.auth, metrics=state.metrics, connections=state.connections,  # type: ignore[arg-type]
                        rate=state.rate, public=public, routes=lambda: app.router.routes)
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard],
-                    exception_handlers={TTSError: on_tts_error, HTTPException: on_http_error, Exception: on_error})
+    drain = Drain()  # lifecycle.DrainingServer drives it on SIGTERM
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={TTSError: on_tts_error, HTTPException: on_http_error, Exception: on_error},
+                    middleware=[Middleware(keep_ws_protocol), Middleware(access_log, config),  # type: ignore[arg-type]
+                                Middleware(drain.gate), guard])  # type: ignore[arg-type]
     app.state.tts = state
+    app.state.drain = drain
     return app

@@ -46,6 +46,16 @@ def protocol_of(conn: Any) -> Any:
     return conn.scope.get(_PROTOCOL)
 
 
+def keep_ws_protocol(app: ASGIApp) -> ASGIApp:
+    """Outermost middleware: keeps uvicorn's protocol object of a WebSocket in its scope (send is a bound method
+    of it here, before any middleware wraps send) for protocol_of."""
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            scope[_PROTOCOL] = getattr(send, "__self__", None)
+        await app(scope, receive, send)
+    return asgi
+
+
 class Guard:
     def __init__(self, app: ASGIApp, *, auth: Authenticator, metrics: Metrics, connections: ConnectionLimiter,
                  rate: RateLimiter, public: frozenset[str], routes: Callable[[], list[Any]]):
@@ -62,8 +72,6 @@ class Guard:
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if kind == "websocket":
-            scope[_PROTOCOL] = getattr(send, "__self__", None)  # send is a bound method of uvicorn's protocol
         if scope["path"] in self.public:
             await self.app(scope, receive, send)
             return

@@ -73,7 +73,9 @@ class SimpleSession:
             parse = protocol.parse_ws_text_init if self.incremental else protocol.parse_ws_stream
             req = parse(first, max_chars=self.max_chars)
             self.warnings.add(req.warnings)
-            synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True)
+            prompt = await self.app.references.for_request(self.app, req)  # an inline clone reference
+            synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True,
+                                          prompt=prompt)
             self.synth = synth
             self.warnings.add(synth.warnings)
             self.out = AudioOutput(OutputFormat(container="raw", encoding=req.encoding,

@@ -16,15 +16,17 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 import numpy as np
 
-from realtime_tts import errors, omnivoice_text
+from realtime_tts import errors, hub, omnivoice_text
 from realtime_tts.config import Config
 from realtime_tts.engine import ipc
 from realtime_tts.engine.base import (
@@ -52,6 +54,8 @@ def _worker_main(*args: Any) -> None:
 SAMPLE_RATE_HZ = 24_000
 ENGINE_NAME = "omnivoice"
 MAX_PROMPT_AUDIO_S = 60.0
+_MAX_KEPT = 4096  # as the worker's PromptBook
+_GENERATED_RMS = 0.1  # as gpu_worker/prompts.GENERATED_RMS (the worker peak-normalises such output)
 WorkerStatus = Literal["ok", "loading", "restarting", "error"]
 
 
@@ -146,7 +150,8 @@ def _prompt_payload(request: SegmentRequest) -> ipc.Prompt | None:
                                 f"not {ENGINE_NAME!r}; re-create the voice", field="voice")
     if prompt.num_codebooks < 1 or len(prompt.codes) != 2 * prompt.num_codebooks * prompt.num_frames:
         raise errors.BadRequest("voice: clone prompt codes do not match their shape", field="voice")
-    return ipc.Prompt(prompt.ref_text, prompt.codes, prompt.num_codebooks, prompt.num_frames, prompt.ref_rms)
+    return ipc.Prompt(prompt.ref_text, prompt.codes, prompt.num_codebooks, prompt.num_frames, prompt.ref_rms,
+                      key=prompt.key, generated=prompt.generated)
 
 
 def to_submit(request: SegmentRequest) -> ipc.Submit:
@@ -183,7 +188,7 @@ def to_submit(request: SegmentRequest) -> ipc.Submit:
         duration_s=request.duration_s, num_step=request.num_step, guidance_scale=request.guidance_scale,
         temperature=request.temperature, position_temperature=request.position_temperature,
         top_p=request.top_p, seed=request.seed, denoise=request.denoise, priority=request.priority,
-        deadline_s=request.deadline_s)
+        deadline_s=request.deadline_s, prompt_from=request.prompt_from, keep_codes=request.keep_codes)
 
 
 class OmniVoiceEngine:
@@ -198,13 +203,16 @@ class OmniVoiceEngine:
         if not config.omnivoice.model:
             raise errors.EngineUnavailable("omnivoice: no model directory configured (--model)")
         self._config = config
-        self._model_dir = os.path.abspath(os.path.expanduser(config.omnivoice.model))
+        self._model_dir = ""  # resolved at start(): a hub id may need a download (hub.resolve)
         self._workers: list[_Worker] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self._started = False
         self._context = multiprocessing.get_context("spawn")
         self._stats_listeners: list[Callable[[ipc.Stats], None]] = []
+        # Segments whose codes their worker keeps (keep_codes): request_id → (worker, its generation), so a
+        # segment conditioned on one is sent to the same worker.
+        self._kept: OrderedDict[str, tuple[_Worker, int]] = OrderedDict()
         self._job_timeout_s = config.limits.engine_job_timeout_s
         self._check_interval_s = config.limits.worker_check_interval_s
         self._watchdog: asyncio.Task[None] | None = None
@@ -212,9 +220,9 @@ class OmniVoiceEngine:
         self._on_restart: Callable[[str], None] | None = None
         device = "cpu" if config.omnivoice.device == "cpu" else ("cuda" if count_gpus() else "cpu")
         self._capabilities = Capabilities(
-            engine=ENGINE_NAME, model=os.path.basename(self._model_dir.rstrip("/")) or ENGINE_NAME,
+            engine=ENGINE_NAME, model=hub.display_name(config.omnivoice.model) or ENGINE_NAME,
             sample_rate=SAMPLE_RATE_HZ, voice_modes=frozenset({"auto", "design", "clone"}), languages=None,
-            deterministic=True, device=device, batched=True)
+            deterministic=True, device=device, batched=True, continuity=True)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -225,8 +233,7 @@ class OmniVoiceEngine:
     async def start(self) -> None:
         if self._started:
             return
-        if not os.path.isdir(self._model_dir):
-            raise errors.EngineUnavailable(f"omnivoice model directory {self._model_dir!r} does not exist")
+        self._model_dir = str(await asyncio.to_thread(hub.resolve, self._config.omnivoice.model))
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._workers = [_Worker(i, dev) for i, dev in enumerate(worker_devices(self._config))]
@@ -302,6 +309,7 @@ class OmniVoiceEngine:
                                     max_batch_tokens=self._config.omnivoice.max_batch_tokens,
                                     latency_batch_tokens=self._config.omnivoice.latency_batch_tokens,
                                     admit_interval_s=self._config.omnivoice.admit_interval_ms / 1000.0,
+                                    admission_wait_s=self._config.omnivoice.admission_wait_ms / 1000.0,
                                     policy=self._config.omnivoice.scheduler_policy,
                                     codec_graph_frames=self._config.omnivoice.codec_graph_frames,
                                     precision=self._config.omnivoice.precision,
@@ -434,7 +442,12 @@ class OmniVoiceEngine:
 
     # --- requests ----------------------------------------------------------------------------------------
 
-    def _pick(self) -> _Worker:
+    def _pick(self, prompt_from: str | None = None) -> _Worker:
+        if prompt_from is not None:
+            # A segment waiting for another's codes goes where they are made (the worker holds it back).
+            source = self._kept.get(prompt_from)
+            if source is not None and source[0].status == "ok" and source[0].generation == source[1]:
+                return source[0]
         ready = [w for w in self._workers if w.status == "ok"]
         if not ready:
             if any(w.status in ("loading", "restarting") for w in self._workers):
@@ -451,8 +464,14 @@ class OmniVoiceEngine:
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[AudioChunk]:
         submit = to_submit(request)
-        w = self._pick()
+        w = self._pick(request.prompt_from)
+        if submit.prompt_from is not None and self._kept.get(submit.prompt_from, (None,))[0] is not w:
+            submit = msgspec.structs.replace(submit, prompt_from=None)  # its source is gone: own prompt only
         rid = request.request_id
+        if request.keep_codes:
+            self._kept[rid] = (w, w.generation)
+            while len(self._kept) > _MAX_KEPT:
+                self._kept.popitem(last=False)
         if rid in w.in_flight:
             raise errors.BadRequest(f"request_id {rid!r} is already in flight", field="request_id")
         inbox: _Inbox = asyncio.Queue()
@@ -471,13 +490,21 @@ class OmniVoiceEngine:
                     else:
                         samples = samples.astype(np.float32)  # a writable copy
                     finished = message.last
+                    prompt = None
+                    if message.codes and message.num_codebooks > 0:
+                        prompt = VoicePrompt(ENGINE_NAME, omnivoice_text.end_with_punctuation(request.text),
+                                             message.codes, message.num_codebooks,
+                                             len(message.codes) // (2 * message.num_codebooks),
+                                             _GENERATED_RMS, key=f"gen:{rid}", generated=True)
                     yield AudioChunk(samples=samples, last=message.last, queue_ms=message.queue_ms,
-                                     gen_ms=message.gen_ms, batch_size=max(1, round(message.batch_size)))
+                                     gen_ms=message.gen_ms, batch_size=max(1, round(message.batch_size)),
+                                     prompt=prompt)
                     if finished:
                         return
                 elif isinstance(message, ipc.Failed):
                     finished = True
-                    raise _ERRORS.get(message.code, errors.TTSError)(message.message, field=message.field)
+                    raise _ERRORS.get(message.code, errors.TTSError)(message.message, field=message.field,
+                                                                     retry_after_ms=message.retry_after_ms)
                 elif isinstance(message, _WorkerExited):
                     finished = True
                     raise errors.EngineDead(message.message)
@@ -553,21 +580,32 @@ class OmniVoiceEngine:
 
     def attach_metrics(self, metrics: Metrics) -> None:
         """Feed /metrics from worker reports: per-worker queue depth, every step's time, CUDA-graph hits and
-        misses (worker counters restart at 0 with the process; only increases are counted)."""
-        seen: dict[int, tuple[int, int]] = {}
+        misses, host / GPU-busy / GPU-gap / codec seconds, admission refusals and the step model (worker
+        counters restart at 0 with the process; only increases are counted)."""
+        seen: dict[int, tuple[float, ...]] = {}
         self._on_restart = lambda cause: metrics.worker_restarts_total.labels(engine=ENGINE_NAME, cause=cause).inc()
+        # worker-cumulative Stats fields → the counter each increase goes to, and whether it is per worker
+        cumulative: tuple[tuple[str, Any, bool], ...] = (
+            ("cuda_graph_hits", metrics.cuda_graph_hits_total, False),
+            ("cuda_graph_misses", metrics.cuda_graph_misses_total, False),
+            ("host_s", metrics.worker_host_seconds_total, True), ("gpu_busy_s", metrics.gpu_busy_seconds_total, True),
+            ("gpu_gap_s", metrics.gpu_gap_seconds_total, True), ("codec_s", metrics.codec_seconds_total, True),
+            ("refused", metrics.admission_refusals_total, True))
 
         def record(stats: ipc.Stats) -> None:
-            metrics.queue_depth.labels(worker=f"{ENGINE_NAME}-{stats.worker_id}").set(
-                stats.num_waiting + stats.num_running)
+            worker = f"{ENGINE_NAME}-{stats.worker_id}"
+            metrics.queue_depth.labels(worker=worker).set(stats.num_waiting + stats.num_running)
+            metrics.full_step_seconds.labels(worker=worker).set(stats.full_step_ms / 1000.0)
             for ms in stats.step_ms:
                 metrics.step_seconds.observe(ms / 1000.0)
-            hits, misses = seen.get(stats.worker_id, (0, 0))
-            if stats.cuda_graph_hits < hits or stats.cuda_graph_misses < misses:
-                hits, misses = 0, 0  # a restarted worker counts from 0 again
-            metrics.cuda_graph_hits_total.inc(stats.cuda_graph_hits - hits)
-            metrics.cuda_graph_misses_total.inc(stats.cuda_graph_misses - misses)
-            seen[stats.worker_id] = (stats.cuda_graph_hits, stats.cuda_graph_misses)
+            now = tuple(float(getattr(stats, name)) for name, _, _ in cumulative)
+            before = seen.get(stats.worker_id, (0.0,) * len(now))
+            if any(n < b for n, b in zip(now, before, strict=True)):
+                before = (0.0,) * len(now)  # a restarted worker counts from 0 again
+            for (_, counter, labelled), n, b in zip(cumulative, now, before, strict=True):
+                if n > b:
+                    (counter.labels(worker=worker) if labelled else counter).inc(n - b)
+            seen[stats.worker_id] = now
 
         self.add_stats_listener(record)
 

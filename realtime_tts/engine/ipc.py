@@ -21,6 +21,12 @@ class Prompt(msgspec.Struct, frozen=True):
     num_codebooks: int
     num_frames: int
     ref_rms: float
+    # Workers keep decoded prompts in an LRU under this key (a saved voice id, "gen:<request_id>"), so a hot
+    # voice is turned into tensors once per worker; None: decoded for this segment only.
+    key: str | None = None
+    # Made from generated codes (one voice per conversation): the output keeps the peak normalisation of
+    # auto/design audio instead of a clone's reference loudness.
+    generated: bool = False
 
 
 class WorkerOptions(msgspec.Struct, frozen=True):
@@ -33,6 +39,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     max_batch_tokens: int
     latency_batch_tokens: int = 0  # 0 = no smaller budget for first segments
     admit_interval_s: float = 0.0  # new segments join a running batch at most this often (0 = every step)
+    admission_wait_s: float = 0.0  # refuse a request's first segment predicted to start later than this; 0 = never
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     max_active: int = 1024  # segments started and unfinished at once (each holds a device slot)
     codec_graph_frames: int = 0  # longest segment decoded through a per-length codec CUDA graph; 0 = off
@@ -65,6 +72,12 @@ class Submit(msgspec.Struct, tag="submit", frozen=True):
     denoise: bool = True
     priority: int = 2
     deadline_s: float | None = None  # time.monotonic() (system-wide on Linux, so valid across processes)
+    # The request_id of an earlier segment sent to this worker whose generated codes and text become this
+    # segment's prompt; the worker holds this segment back until they exist (gpu_worker/prompts.py). When
+    # that segment is gone (failed, cancelled, forgotten) this one runs on `prompt` (None: unconditioned).
+    prompt_from: str | None = None
+    # Send this segment's generated codes back with its audio (Audio.codes) and keep them for prompt_from.
+    keep_codes: bool = False
 
 
 class Abort(msgspec.Struct, tag="abort", frozen=True):
@@ -116,6 +129,8 @@ class Audio(msgspec.Struct, tag="audio", frozen=True):
     queue_ms: float = 0.0
     gen_ms: float = 0.0
     batch_size: float = 1.0  # mean items per step over this segment's steps
+    codes: bytes = b""  # Submit.keep_codes: the generated codes, int16 little-endian [num_codebooks, frames]
+    num_codebooks: int = 0
 
 
 class VoiceEncoded(msgspec.Struct, tag="voice_encoded", frozen=True):
@@ -130,6 +145,7 @@ class Failed(msgspec.Struct, tag="failed", frozen=True):
     code: str
     message: str
     field: str | None = None
+    retry_after_ms: int | None = None  # overloaded: when a retry may be admitted
 
 
 class Stats(msgspec.Struct, tag="stats", frozen=True):
@@ -147,6 +163,15 @@ class Stats(msgspec.Struct, tag="stats", frozen=True):
     cuda_graph_hits: int = 0  # steps replayed from a captured graph, since start
     cuda_graph_misses: int = 0  # steps run eagerly (no graph for their bucket, or CPU)
     step_ms: list[float] = []  # every step's wall time since the previous report (at most 1024)
+    # Cumulative since the worker started (0 where not measured, e.g. on the CPU): the step loop's host work
+    # (less its waits for the GPU), the GPU's time in steps, its idle gaps between back-to-back steps, its
+    # time in codec decodes; first segments refused by admission control.
+    host_s: float = 0.0
+    gpu_busy_s: float = 0.0
+    gpu_gap_s: float = 0.0
+    codec_s: float = 0.0
+    refused: int = 0
+    full_step_ms: float = 0.0  # the worker's measured step-time model at its token budget (0 until measured)
 
 
 class Fatal(msgspec.Struct, tag="fatal", frozen=True):

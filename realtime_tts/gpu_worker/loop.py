@@ -8,6 +8,8 @@ module for the target).
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
 import os
 import queue
@@ -24,9 +26,15 @@ import msgspec
 from realtime_tts import errors
 from realtime_tts.engine import ipc
 from realtime_tts.engine.base import VoicePrompt
+from realtime_tts.gpu_worker.admission import Admission, StepClock
+from realtime_tts.gpu_worker.prompts import Generated, Gone, PromptBook
 from realtime_tts.gpu_worker.scheduler import Scheduler, StepPlan, StepTimeModel
 
 log = logging.getLogger("realtime_tts.worker")
+# What the step loop takes: messages from the web process, and the loop's own notes from the decode thread.
+Inbox = queue.Queue[ipc.ToWorker | Generated | Gone]
+# Decoded prompts a worker keeps (saved voices, conversation prompts): a hot voice is made into tensors once.
+PROMPT_CACHE_SIZE = 256
 # The step loop's own host work per step (scheduler, bookkeeping), added to the measured step times.
 _LOOP_HOST_S = 0.0003
 
@@ -61,8 +69,29 @@ class Backend(Protocol):
 
     def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt: ...
 
+    def codes(self, state: Any) -> tuple[bytes, int]:
+        """A finished state's generated codes: (int16 little-endian [num_codebooks, frames], num_codebooks).
+        Called from the decode thread (waits for the device like decode)."""
+
     def counters(self) -> tuple[int, int]:
         """(CUDA graph hits, misses) so far."""
+
+    def device_times(self) -> DeviceTimes:
+        """Cumulative device-side timings so far (zeros where not measured, e.g. on the CPU)."""
+
+    def idle(self) -> None:
+        """The loop has nothing to run now (the time until its next step is no gap between steps)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTimes:
+    """Cumulative seconds: the loop blocked waiting for the device to catch up (inside step()), the device
+    running steps, the device idle between steps while the loop was busy, the device running codec decodes."""
+
+    wait_s: float = 0.0
+    busy_s: float = 0.0
+    gap_s: float = 0.0
+    codec_s: float = 0.0
 
 
 class ModelBackend:
@@ -104,10 +133,12 @@ class ModelBackend:
         else:
             self.max_batch_items, self.max_batch_tokens = 256, 1 << 30
         self._rng = random.Random()
+        self._prompts: collections.OrderedDict[str, Any] = collections.OrderedDict()  # key → ClonePrompt
         self.step_points: list[tuple[int, float]] | None = None
         # Codec decodes run on their own stream (decode thread), beside the steps instead of between them.
         self._decode_stream: Any = (torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
                                     if self.model.device.type == "cuda" else None)
+        self._codec_s = 0.0  # device time of the decodes (timing events on the decode stream)
         if self.model.device.type == "cuda":
             self._warm_up()
 
@@ -167,13 +198,25 @@ class ModelBackend:
             points.append((bucket, statistics.median(times)))
         return points
 
+    def _clone_prompt(self, p: ipc.Prompt) -> Any:
+        """ipc.Prompt → ClonePrompt (codes as a tensor), through the LRU when the prompt has a key."""
+        key = p.key
+        prompt = self._prompts.get(key) if key is not None else None
+        if key is not None and prompt is not None and prompt.ref_text == p.ref_text \
+                and prompt.codes.shape[-1] == p.num_frames:
+            self._prompts.move_to_end(key)
+            return prompt
+        prompt = self._ov.ClonePrompt.from_voice_prompt(VoicePrompt("omnivoice", p.ref_text, p.codes,
+                                                                    p.num_codebooks, p.num_frames, p.ref_rms))
+        if p.key is not None:
+            self._prompts[p.key] = prompt
+            while len(self._prompts) > PROMPT_CACHE_SIZE:
+                self._prompts.popitem(last=False)
+        return prompt
+
     def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
         ov = self._ov
-        prompt = None
-        if submit.prompt is not None:
-            p = submit.prompt
-            prompt = ov.ClonePrompt.from_voice_prompt(VoicePrompt("omnivoice", p.ref_text, p.codes,
-                                                                  p.num_codebooks, p.num_frames, p.ref_rms))
+        prompt = self._clone_prompt(submit.prompt) if submit.prompt is not None else None
         params = ov.DecodeParams(num_step=submit.num_step, guidance_scale=submit.guidance_scale,
                                  position_temperature=submit.position_temperature,
                                  class_temperature=submit.temperature)
@@ -183,6 +226,8 @@ class ModelBackend:
         item = ov.prepare(self.model, submit.text, language=submit.language, instruct=submit.instruct,
                           prompt=prompt, speed=submit.speed, duration_s=submit.duration_s, params=params,
                           denoise=submit.denoise, seed=seed)
+        if submit.prompt is not None and submit.prompt.generated:
+            item = dataclasses.replace(item, ref_rms=None)  # loudness as auto/design audio (match_loudness)
         self.runner.check(item)
         state = ov.ItemState.start(item)  # on the host: the runner copies it into a device slot at its first step
         return state, item.num_tokens, len(item.reveal)
@@ -203,10 +248,16 @@ class ModelBackend:
 
                 for event in {id(s.ready): s.ready for s in states if s.ready is not None}.values():
                     stream.wait_event(event)  # the grids were copied out of their slots on the step stream
+                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
                 with torch.cuda.stream(stream):
-                    waves = self.runner.decode(states)
-        return [self._ov.match_loudness(w, s.item.ref_rms).astype("<f4").tobytes()
-                for w, s in zip(waves, states, strict=True)]
+                    start.record()
+                    waves = self.runner.decode(states)  # its copy to the host waits for the decode
+                    end.record()
+                end.synchronize()
+                self._codec_s += start.elapsed_time(end) / 1000.0
+        return [self._ov.fade_edges(self._ov.match_loudness(w, s.item.ref_rms), self.sample_rate).astype("<f4")
+                .tobytes() for w, s in zip(waves, states, strict=True)]
 
     def bind_thread(self) -> None:
         if self.device.startswith("cuda"):
@@ -223,9 +274,22 @@ class ModelBackend:
             vp = self.model.encode_prompt(wave, sample_rate, ref_text).to_voice_prompt()
         return ipc.Prompt(vp.ref_text, vp.codes, vp.num_codebooks, vp.num_frames, vp.ref_rms)
 
+    def codes(self, state: Any) -> tuple[bytes, int]:
+        if state.ready is not None:
+            state.ready.synchronize()  # the grid is copied out of its device slot on the step stream
+        grid = state.tokens.cpu().numpy().astype("<i2")  # [8, frames]
+        return grid.tobytes(), int(grid.shape[0])
+
     def counters(self) -> tuple[int, int]:
         """(CUDA graph hits, misses) so far."""
         return self.runner.stats.graph_hits, self.runner.stats.graph_misses
+
+    def device_times(self) -> DeviceTimes:
+        st = self.runner.stats
+        return DeviceTimes(st.wait_s, st.gpu_busy_s, st.gpu_gap_s, self._codec_s)
+
+    def idle(self) -> None:
+        self.runner.idle()
 
 
 @dataclass(slots=True)
@@ -238,17 +302,23 @@ class _Activity:
     items: int = 0  # sum of batch sizes
     tokens: int = 0  # sum of tokens per step
     step_s: float = 0.0  # host time in backend.step (includes waiting for the GPU to catch up)
+    host_s: float = 0.0  # the loop's own work per step: the whole iteration less the waits for the GPU
+    start: DeviceTimes = DeviceTimes()  # the backend's device times when the window opened
     decodes: int = 0
     decoded: int = 0  # segments decoded
     decode_s: float = 0.0
 
-    def line(self, now: float) -> str:
+    def line(self, now: float, times: DeviceTimes) -> str:
         span = max(1e-9, now - self.since)
         per = max(1, self.steps)
         decode_ms = 1000 * self.decode_s / max(1, self.decodes)
+        busy, gap = times.busy_s - self.start.busy_s, times.gap_s - self.start.gap_s
         return (f"{self.steps / span:.0f} steps/s, {self.items / per:.1f} items and {self.tokens / per:.0f} tokens "
-                f"per step, step {1000 * self.step_s / per:.2f} ms host ({100 * self.step_s / span:.0f}% of the "
-                f"loop), {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each")
+                f"per step, step {1000 * self.step_s / per:.2f} ms in backend.step of which "
+                f"{1000 * self.host_s / per:.2f} ms host work ({100 * self.host_s / span:.0f}% of the loop; the "
+                f"rest waits for the GPU), GPU {100 * busy / span:.0f}% busy in steps, idle gaps "
+                f"{1000 * gap / per:.2f} ms per step, codec {100 * (times.codec_s - self.start.codec_s) / span:.0f}% "
+                f"of the GPU, {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each")
 
 
 @dataclass(slots=True)
@@ -256,6 +326,7 @@ class _Segment:
     state: Any
     submitted_s: float
     priority: int
+    keep_codes: bool = False  # Submit.keep_codes: codes go back with the audio and to dependents
     queue_ms: float = 0.0
     sum_batch: int = 0  # sum over its steps of the batch size, for the mean
     num_steps_run: int = 0
@@ -275,7 +346,7 @@ class _Outbox:
             self._conn.send_bytes(ipc.encode(message))
 
 
-def _read_loop(conn: Connection, inbox: queue.Queue[ipc.ToWorker]) -> None:
+def _read_loop(conn: Connection, inbox: Inbox) -> None:
     """Pipe → queue, so the step loop can take messages without blocking between steps."""
     while True:
         try:
@@ -315,7 +386,8 @@ def device_is_broken(exc: BaseException) -> bool:
 class WorkerLoop:
     """The step loop, independent of the process plumbing and of torch (given a Backend)."""
 
-    def __init__(self, options: ipc.WorkerOptions, backend: Backend, inbox: queue.Queue[ipc.ToWorker],
+    def __init__(self, options: ipc.WorkerOptions, backend: Backend,
+                 inbox: Inbox,
                  send: Any) -> None:
         self.options = options
         self.backend = backend
@@ -331,14 +403,21 @@ class WorkerLoop:
                                    latency_batch_tokens=min(options.latency_batch_tokens, budget) or None,
                                    admit_interval_s=options.admit_interval_s, max_active=options.max_active,
                                    step_model=step_model)
+        # Admission control: a new request's first segment that the measured step times say cannot start within
+        # admission_wait_s is refused at once (Overloaded + retry-after) instead of queueing without bound.
+        self.step_clock = StepClock()
+        self.admission = Admission(options.admission_wait_s, budget, self.step_clock)
+        self._last_step_end: float | None = None  # perf_counter at the end of the last step while busy
         self.segments: dict[str, _Segment] = {}
+        self.prompts = PromptBook()  # segments waiting for an earlier segment's codes (Submit.prompt_from)
         self.running = True
         self._last_stats_s = 0.0
         self._last_step_ms = 0.0
         self._last_plan: StepPlan | None = None
         self._last_stats: ipc.Stats | None = None
         self._recent_step_ms: list[float] = []
-        self._activity = _Activity(time.monotonic())
+        self._activity = _Activity(time.monotonic(), start=backend.device_times())
+        self._host_total = 0.0  # host_s of the windows before the current one
         self._activity_lock = threading.Lock()  # the decode thread adds to the window the loop thread swaps
         self.activity_interval_s = 5.0
         # Finished segments are decoded (codec + copy to the host) and sent from one decode thread, so the step
@@ -352,12 +431,19 @@ class WorkerLoop:
     def run(self) -> None:
         try:
             while self.running:
-                self._take_messages(block=len(self.scheduler) == 0)
+                idle = len(self.scheduler) == 0
+                if idle:
+                    self._last_step_end = None  # the time until the next step is no step's time
+                    self.backend.idle()
+                self._take_messages(block=idle)
                 if not self.running:
                     break
+                t0 = time.perf_counter()
+                wait0 = self.backend.device_times().wait_s
                 plan = self.scheduler.schedule()  # cancelled segments were dropped when cancelled
                 if plan.batch:
                     self._run_step(plan)
+                    self._account_host(t0, wait0, plan.num_tokens)
                 self._maybe_send_stats()
         finally:
             self._decode_q.put(None)  # what finished is still sent
@@ -375,15 +461,27 @@ class WorkerLoop:
             except queue.Empty:
                 return
 
-    def _handle(self, message: ipc.ToWorker) -> None:
+    def _handle(self, message: ipc.ToWorker | Generated | Gone) -> None:
         if isinstance(message, ipc.Submit):
-            self._admit(message)
+            ready = self.prompts.take(message)
+            if ready is not None:
+                self._admit(ready)
+        elif isinstance(message, Generated):
+            for ready in self.prompts.generated(message.request_id, message.codes, message.num_codebooks):
+                self._admit(ready)
+        elif isinstance(message, Gone):
+            for ready in self.prompts.gone(message.request_id):
+                self._admit(ready)
         elif isinstance(message, ipc.Abort):
             if self.scheduler.cancel(message.request_id):
                 segment = self.segments.pop(message.request_id, None)  # its id may be reused right away
                 if segment is not None:
                     self.backend.release(segment.state)
                 self.send(ipc.Failed(message.request_id, errors.Cancelled.code, "cancelled"))
+            elif self.prompts.drop(message.request_id):  # still waiting for its prompt
+                self.send(ipc.Failed(message.request_id, errors.Cancelled.code, "cancelled"))
+            for ready in self.prompts.gone(message.request_id):
+                self._admit(ready)
         elif isinstance(message, ipc.EncodeVoice):
             self._encode_voice(message)
         elif isinstance(message, ipc.Shutdown):
@@ -391,9 +489,19 @@ class WorkerLoop:
         elif isinstance(message, ipc.Ping):
             self.send(ipc.Pong(self.options.worker_id, message.seq))
 
+    def _account_host(self, t0: float, wait0: float, tokens: int) -> None:
+        """After a step: the loop's host work for it (the iteration less its waits for the GPU), and the step
+        period for the step clock (back to back steps only: under load, the card's step time)."""
+        now = time.perf_counter()
+        self._activity.host_s += max(0.0, (now - t0) - (self.backend.device_times().wait_s - wait0))
+        if self._last_step_end is not None:
+            self.step_clock.observe(tokens, now - self._last_step_end)
+        self._last_step_end = now
+
     def _fail(self, request_id: str, exc: BaseException) -> None:
+        self.inbox.put(Gone(request_id))  # from either thread: the loop thread releases its dependents
         if isinstance(exc, errors.TTSError):
-            self.send(ipc.Failed(request_id, exc.code, exc.message, exc.field))
+            self.send(ipc.Failed(request_id, exc.code, exc.message, exc.field, exc.retry_after_ms))
         else:
             log.error("request %s failed:\n%s", request_id, "".join(traceback.format_exception(exc)))
             self.send(ipc.Failed(request_id, errors.TTSError.code, f"omnivoice worker error: {exc!r}"))
@@ -409,14 +517,32 @@ class WorkerLoop:
             self._fail(submit.request_id, exc)
             return
         if num_tokens > self.backend.max_batch_tokens:
-            self.send(ipc.Failed(submit.request_id, errors.BadRequest.code,
-                                 f"text: this segment needs {num_tokens} tokens per step, more than the "
-                                 f"{self.backend.max_batch_tokens} one step can hold; send shorter text or "
-                                 "let the server split it (chunk_mode concurrent)", "text"))
+            # through _fail: segments waiting for this one's codes are released too
+            self._fail(submit.request_id, errors.BadRequest(
+                f"text: this segment needs {num_tokens} tokens per step, more than the "
+                f"{self.backend.max_batch_tokens} one step can hold; send shorter text or "
+                "let the server split it (chunk_mode concurrent)", field="text"))
+            self.backend.release(state)
             return
-        self.segments[submit.request_id] = _Segment(state, time.monotonic(), submit.priority)
+        if submit.priority == 0 and self._refuse(submit.request_id, num_tokens, num_steps):
+            self.backend.release(state)
+            return
+        self.segments[submit.request_id] = _Segment(state, time.monotonic(), submit.priority, submit.keep_codes)
         self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
                            priority=submit.priority, deadline_s=submit.deadline_s)
+
+    def _refuse(self, request_id: str, num_tokens: int, num_steps: int) -> bool:
+        """A segment that opens a request or turn: refuse it (Overloaded) when the step clock predicts it
+        cannot start within options.admission_wait_s behind what is already here."""
+        running, waiting = self.scheduler.load_ahead(0)
+        decision = self.admission.decide(running, waiting, num_tokens, num_steps)
+        if decision.admit:
+            return False
+        self._fail(request_id, errors.Overloaded(
+            f"omnivoice worker {self.options.worker_id} is full: this request would start in about "
+            f"{decision.wait_s:.1f} s (limit {self.options.admission_wait_s:g} s)",
+            retry_after_ms=decision.retry_after_ms))
+        return True
 
     def _encode_voice(self, message: ipc.EncodeVoice) -> None:
         try:
@@ -498,7 +624,12 @@ class WorkerLoop:
     def _decode_job(self, request_ids: list[str], segments: list[_Segment]) -> None:
         """In the decode thread: decode together, send each (send is thread-safe)."""
         t0 = time.perf_counter()
+        codes: dict[str, tuple[bytes, int]] = {}
         try:
+            for request_id, segment in zip(request_ids, segments, strict=True):
+                if segment.keep_codes:  # before the codec runs: segments waiting for them start sooner
+                    codes[request_id] = self.backend.codes(segment.state)
+                    self.inbox.put(Generated(request_id, *codes[request_id]))
             audio = self.backend.decode([s.state for s in segments])
             with self._activity_lock:
                 act = self._activity
@@ -511,26 +642,37 @@ class WorkerLoop:
             return
         done = time.monotonic()
         for request_id, segment, samples in zip(request_ids, segments, audio, strict=True):
+            grid, num_codebooks = codes.get(request_id, (b"", 0))
             self.send(ipc.Audio(request_id, samples, "f32le", self.backend.sample_rate, last=True,
                                 queue_ms=segment.queue_ms, gen_ms=(done - segment.gen_start_s) * 1000.0,
-                                batch_size=segment.sum_batch / max(1, segment.num_steps_run)))
+                                batch_size=segment.sum_batch / max(1, segment.num_steps_run), codes=grid,
+                                num_codebooks=num_codebooks))
 
     def _maybe_send_stats(self) -> None:
         """At most one report per stats_interval_s, and none while idle and unchanged."""
         now = time.monotonic()
         if now - self._activity.since >= self.activity_interval_s:
+            times = self.backend.device_times()
             with self._activity_lock:
-                done, self._activity = self._activity, _Activity(now)
+                done, self._activity = self._activity, _Activity(now, start=times)
+                self._host_total += done.host_s
             if done.steps or done.decodes:
-                log.info("worker %d: %s", self.options.worker_id, done.line(now))
+                log.info("worker %d: %s", self.options.worker_id, done.line(now, times))
         if now - self._last_stats_s < self.options.stats_interval_s:
             return
         s = self.scheduler.stats()
         plan = self._last_plan
         hits, misses = self.backend.counters()
-        stats = ipc.Stats(self.options.worker_id, s.num_waiting, s.num_running, s.num_steps_run, s.num_finished,
+        times = self.backend.device_times()
+        predicted = self.step_clock.seconds(self.admission.budget)
+        # Segments waiting for an earlier segment's codes count as waiting: routing and /metrics see them.
+        stats = ipc.Stats(self.options.worker_id, s.num_waiting + len(self.prompts), s.num_running,
+                          s.num_steps_run, s.num_finished,
                           s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
-                          plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms)
+                          plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms,
+                          host_s=self._host_total + self._activity.host_s, gpu_busy_s=times.busy_s,
+                          gpu_gap_s=times.gap_s, codec_s=times.codec_s, refused=self.admission.num_refused,
+                          full_step_ms=1000.0 * predicted if predicted is not None else 0.0)
         if not self._recent_step_ms and self._last_stats is not None and msgspec.structs.replace(
                 self._last_stats, step_ms=[]) == stats:
             return
@@ -550,7 +692,7 @@ def main(options: ipc.WorkerOptions, conn_in: Connection, conn_out: Connection) 
         log.exception("failed to load the OmniVoice model from %s", options.model_dir)
         send(ipc.Fatal(options.worker_id, f"cannot load model from {options.model_dir}: {exc}"))
         raise SystemExit(1) from None
-    inbox: queue.Queue[ipc.ToWorker] = queue.Queue()
+    inbox: Inbox = queue.Queue()
     threading.Thread(target=_read_loop, args=(conn_in, inbox), daemon=True, name="ipc-reader").start()
     send(ipc.Ready(options.worker_id, backend.device, backend.sample_rate, backend.model_name, os.getpid()))
     try:

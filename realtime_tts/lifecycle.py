@@ -89,7 +89,9 @@ def _is_websocket(conn: Any) -> bool:
 def run(app: Any, drain: Drain, cfg: Config, pid_file: Path, *, log_config: dict[str, Any] | None = None) -> None:
     server_cfg = uvicorn.Config(
         app, host=cfg.server.host, port=cfg.server.port, log_level=cfg.server.log_level,
-        ws_max_size=cfg.server.max_ws_message_bytes, lifespan="on",
+        # 16x the app's frame limit: frames between the two get the app's error frame before the 1009 close
+        # (api/simple_ws); only larger ones are cut by the protocol layer itself (counted all the same)
+        ws_max_size=16 * cfg.server.max_ws_message_bytes, lifespan="on",
         # PCM barely compresses: per-message deflate only burned a fifth of the event loop's time
         ws_per_message_deflate=False,
         log_config=log_config,

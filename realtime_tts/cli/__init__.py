@@ -16,6 +16,7 @@ from collections.abc import Sequence
 # Subcommand modules, in --help order (realtime_tts.cli.<name>.register).
 COMMANDS: list[str] = [
     "serve",
+    "say",
 ]
 
 

@@ -14,6 +14,7 @@ import time
 import wave
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from live_server import REPO, SAMPLE_RATE, Server, assert_speech, pcm_to_float
@@ -138,12 +139,23 @@ def test_say_text_to_wav(server: Server, tmp_path: Path) -> None:
     assert_speech(_wav(out), min_s=2.0, max_s=8.0)
 
 
+def _ws_connections(server: Server) -> float:
+    for line in httpx.get(server.http + "/metrics").text.splitlines():
+        if line.startswith("realtime_tts_ws_connections "):
+            return float(line.split()[1])
+    return 0.0
+
+
 def test_say_stdin_streams_as_it_arrives(server: Server, tmp_path: Path) -> None:
     """Words written to `say -` over ~1.5 s: the server's turn lasts at least that long (text came as it was
     written, not at EOF), and every word is spoken."""
     out = tmp_path / "stdin.wav"
-    proc = _say(server, "-", "--seed", "6", "--out", str(out), "--stats", stdin=subprocess.PIPE)
+    proc = _say(server, "-", "--mode", "simple", "--seed", "6", "--out", str(out), "--stats", stdin=subprocess.PIPE)
     assert proc.stdin is not None
+    deadline = time.monotonic() + 60
+    while _ws_connections(server) < 1:  # the client is up and connected: from now on stdin is read as written
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
     words = (["The", "first", "sentence", "arrives", "early.", "Then", "more", "words", "trickle", "in,", "one", "by", "one,", "until", "the", "end"])
     t0 = time.perf_counter()
     for w in words:

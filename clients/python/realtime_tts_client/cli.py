@@ -18,46 +18,11 @@ import json
 import os
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from realtime_tts_client.audio import AudioFormat, to_s16, write_wav
 from realtime_tts_client.client import DEFAULT_SERVER, Client
-from realtime_tts_client.events import Audio, Done, Event, ServerError
-from realtime_tts_client.player import Player
-from realtime_tts_client.session import SessionModeUnavailable
-
-
-class Speaker(Protocol):
-    """What both a simple-mode stream and a session context offer (the calls `say` needs)."""
-
-    async def text(self, text: str) -> None: ...
-    async def end(self) -> None: ...
-    def events(self) -> AsyncIterator[Event]: ...
-
-
-async def open_speaker(client: Client, mode: str, fields: dict[str, Any]) -> tuple[Speaker, AudioFormat, Any]:
-    """(speaker, audio format, connection to close): session mode when asked or available, else simple."""
-    if mode in ("auto", "session"):
-        try:
-            session = await client.session(**fields)
-            return session.context(), session.audio, session
-        except SessionModeUnavailable:
-            if mode == "session":
-                raise
-    stream = await client.stream_text(**fields)
-    return stream, stream.format, stream
-
-
-async def cancel(speaker: Any, played_ms: float | None) -> Done | None:
-    """Cancel with what was heard, then read to the end: the last event may say what that was (text_spoken)."""
-    done = await speaker.cancel(played_ms)  # a session Context drains to its context.done and returns it
-    if done is None:
-        async for ev in speaker.events():
-            if isinstance(ev, Done):
-                done = ev
-    return done if isinstance(done, Done) else None
+from realtime_tts_client.speak import Spoken, speak_chunks
 
 
 async def stdin_chunks() -> AsyncIterator[str]:
@@ -83,62 +48,34 @@ async def stdin_chunks() -> AsyncIterator[str]:
         yield tail
 
 
+async def one(text: str) -> AsyncIterator[str]:
+    yield text
+
+
 async def say(args: argparse.Namespace) -> int:
-    client = Client(args.server)
     fields: dict[str, Any] = {"voice": args.voice, "seed": args.seed, "speed": args.speed}
-    speaker, fmt, conn = await open_speaker(client, args.mode, fields)
-    player = None if args.out else Player.open(fmt.sample_rate)
-    out = args.out or ("say.wav" if player is None else None)
-    pcm = bytearray()
-    done: Done | None = None
-    t0 = time.perf_counter()
-    first: float | None = None
+    chunks = stdin_chunks() if args.text == "-" else one(args.text)
+    spoken = await speak_chunks(Client(args.server), chunks, mode=args.mode, out=args.out, **fields)
+    report(spoken, "say", stats=args.stats)
+    if spoken.cancelled_after_ms is not None:
+        return 130  # interrupted, as a shell reports Ctrl-C
+    return 0 if spoken.done is not None and spoken.done.reason == "end" and not spoken.errors else 1
 
-    async def feed() -> None:
-        if args.text == "-":
-            async for chunk in stdin_chunks():
-                await speaker.text(chunk)
-        else:
-            await speaker.text(args.text)
-        await speaker.end()
 
-    feeder = asyncio.create_task(feed())
-    try:
-        async for ev in speaker.events():
-            if isinstance(ev, Audio) and ev.data:
-                first = first if first is not None else time.perf_counter() - t0
-                data = to_s16(ev.data, fmt.encoding)
-                pcm += data
-                if player is not None:
-                    await asyncio.to_thread(player.write, data)
-            elif isinstance(ev, ServerError):
-                print(f"say: server error {ev.code}: {ev.message}", file=sys.stderr)
-            elif isinstance(ev, Done):
-                done = ev
-        await feeder
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        # barge-in from the keyboard: tell the server what was heard, report what it says that was
-        played = player.played_ms() if player is not None else None
-        feeder.cancel()
-        if player is not None:
-            player.close(drain=False)
-        done = await asyncio.wait_for(cancel(speaker, played), 10)
+def report(spoken: Spoken, prog: str, *, stats: bool) -> None:
+    """One line on stderr (what was heard or written, first audio); the stats envelope on stdout if asked."""
+    for e in spoken.errors:
+        print(f"{prog}: server error {e.code}: {e.message}", file=sys.stderr)
+    if spoken.cancelled_after_ms is not None:
+        done = spoken.done
         heard = f": heard {done.text_spoken!r}" if done is not None and done.text_spoken is not None else ""
-        print(f"say: cancelled after {played or 0:.0f} ms played{heard}", file=sys.stderr)
-        return 130
-    finally:
-        await conn.close()
-    if player is not None:
-        await asyncio.to_thread(player.close)
-    if out:
-        write_wav(out, bytes(pcm), fmt.sample_rate)
-    seconds = len(pcm) / 2 / fmt.sample_rate
-    where = f"→ {out}" if out else "played"
-    print(f"{seconds:.2f} s of audio at {fmt.sample_rate} Hz {where} (first audio after "
-          f"{(first or 0) * 1e3:.0f} ms)", file=sys.stderr)
-    if args.stats and done is not None:
-        print(json.dumps(done.stats, indent=1))
-    return 0 if done is not None and done.reason in ("end", "flush") else 1
+        print(f"{prog}: cancelled after {spoken.cancelled_after_ms:.0f} ms played{heard}", file=sys.stderr)
+    where = f"→ {spoken.out}" if spoken.out else "played"
+    first = f"{spoken.first_audio_s * 1e3:.0f} ms" if spoken.first_audio_s is not None else "never"
+    print(f"{spoken.seconds:.2f} s of audio at {spoken.sample_rate} Hz {where} ({spoken.mode} mode, first audio "
+          f"after {first})", file=sys.stderr)
+    if stats and spoken.done is not None:
+        print(json.dumps(spoken.done.stats, indent=1))
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -64,8 +64,9 @@ class SimpleStream:
     async def end(self) -> None:
         await self._send({"end": True})
 
-    async def cancel(self, played_ms: float | None = None) -> None:
-        """Stop now; with played_ms (what the listener heard) the server can answer text_spoken."""
+    async def cancel(self, played_ms: float | None = None, *, wait: bool = False) -> None:
+        """Stop now; with played_ms (what the listener heard) the server can answer text_spoken. Never waits:
+        the terminal frame (reason "cancelled") comes through events() (`wait` mirrors Context.cancel)."""
         msg: dict[str, Any] = {"cancel": True}
         if played_ms is not None:
             msg["played_ms"] = round(played_ms)

@@ -25,7 +25,7 @@ class Speaker(Protocol):
 
     async def text(self, text: str) -> None: ...
     async def end(self) -> None: ...
-    async def cancel(self, played_ms: float | None = None) -> Any: ...
+    async def cancel(self, played_ms: float | None = None, *, wait: bool = ...) -> Any: ...
     def events(self) -> AsyncIterator[Event]: ...
 
 
@@ -84,9 +84,15 @@ async def speak_chunks(client: Client, chunks: AsyncIterable[str], *, mode: str 
 
     async def feed() -> None:
         nonlocal t0
-        async for chunk in chunks:
-            t0 = t0 or time.perf_counter()
-            await speaker.text(chunk)
+        try:
+            async for chunk in chunks:
+                t0 = t0 or time.perf_counter()
+                await speaker.text(chunk)
+        except Exception:
+            # the text source failed (an LLM error): stop the turn so the server does not wait for more text;
+            # the events loop then ends with the cancel's Done and `await feeder` raises this error
+            await speaker.cancel(None, wait=False)
+            raise
         await speaker.end()
 
     feeder = asyncio.create_task(feed())

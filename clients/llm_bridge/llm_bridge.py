@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
-
 from realtime_tts_client import Client
 from realtime_tts_client.cli import report
 from realtime_tts_client.speak import speak_chunks

@@ -309,7 +309,7 @@ def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed
             self.first_due = self.emit[0] + FIRST_AUDIO_S
 
         def deadline(self, k: int, t: float) -> float | None:
-            """service._segment_request at time t."""
+            """service Plan.request (realtime_tts/service/planning.py) at time t."""
             if k == 0:
                 return None
             first = self.sent[0] if self.sent[0] is not None and self.sent[0] <= t else None

@@ -1,0 +1,90 @@
+"""Service: builds a Synthesis for each request the API layer opens (validated against its engine) and keeps
+the request metrics (recorded once per Synthesis). Imports the engine pool, metrics, protocol and
+service.synthesis; never torch, never Starlette.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from realtime_tts.config import Config
+from realtime_tts.engine.base import Engine, VoicePrompt
+from realtime_tts.engine.pool import EnginePool
+from realtime_tts.errors import NotFound
+from realtime_tts.metrics import Metrics
+from realtime_tts.protocol import Params, SpeechRequest
+from realtime_tts.service.synthesis import Synthesis
+from realtime_tts.text import Unit
+
+
+class Service:
+    """Builds Synthesis objects for the API layer and keeps the request metrics."""
+
+    def __init__(self, config: Config, pool: EnginePool, metrics: Metrics):
+        self.config = config
+        self.pool = pool
+        self.metrics = metrics
+        for name, engine in pool.engines.items():
+            # Engines with worker processes feed their own series (per-worker queue depth, step times, CUDA
+            # graph hits/misses) from worker reports; the others get one queue_depth series here.
+            attach = getattr(engine, "attach_metrics", None)
+            if attach is not None:
+                attach(metrics)
+            metrics.watch_pool(name, (lambda e=engine: float(e.load().pool_size)),  # type: ignore[misc]
+                               (lambda e=engine: float(e.load().idle)),  # type: ignore[misc]
+                               None if attach is not None else
+                               (lambda e=engine: float(e.load().queued_segments)))  # type: ignore[misc]
+
+    def engine_for(self, params: Params) -> Engine:
+        return self.pool.route(params.model, params.voice_mode)
+
+    def open(self, request: SpeechRequest, *, endpoint: str, incremental: bool = False, streaming: bool = True,
+             prompt: VoicePrompt | None = None, engine: Engine | None = None) -> Synthesis:
+        """Validate a request against its engine and start a Synthesis (nothing is generated until the
+        caller iterates events()). Raises errors.TTSError before any audio for every refusal."""
+        params = request.params
+        engine = engine or self.engine_for(params)
+        # params.sample_rate is the wire rate: the api layer resamples (audio_out), the engine rate stays.
+        if params.voice_mode == "clone" and prompt is None:
+            raise NotFound(f"voice_id {params.voice_id!r} not found (no saved voices yet: upload the reference "
+                           "audio to POST /v1/audio/clone)", field="voice_id")
+        synth = Synthesis(self, engine, params, endpoint=endpoint, incremental=incremental, streaming=streaming,
+                          prompt=prompt)
+        check = getattr(engine, "check", None)
+        if check is not None:  # engines may refuse a request before any work is queued
+            check(synth.segment_request(0, Unit(text=request.text or ".", start=0, end=0, first=True)))
+        return synth
+
+    async def encode_voice(self, engine: Engine, audio: np.ndarray, sample_rate: int, ref_text: str) -> VoicePrompt:
+        return await engine.encode_voice(audio, sample_rate, ref_text)
+
+    def wants_events(self, synth: Synthesis) -> bool:
+        return synth.params.events
+
+    def record(self, synth: Synthesis, *, disconnected: bool = False) -> None:
+        """Metrics for one finished Synthesis (called once, from its __aexit__)."""
+        if synth._recorded:
+            return
+        synth._recorded = True
+        m = self.metrics
+        if synth.error is not None:
+            status = synth.error.code  # errors_total is counted where the error is reported (api)
+        elif synth.cancelled:
+            status = "cancelled"
+            m.cancellations_total.labels(stage=synth.cancel_stage or "client").inc()
+        elif disconnected:
+            status = "disconnected"
+            m.cancellations_total.labels(stage="disconnect").inc()
+        else:
+            status = "ok"
+        m.requests_total.labels(endpoint=synth.endpoint, voice_mode=synth.params.voice_mode, status=status).inc()
+        st = synth.stats()
+        m.request_duration_seconds.labels(endpoint=synth.endpoint).observe(st["t_total_ms"] / 1e3)
+        m.input_chars_total.labels(endpoint=synth.endpoint).inc(synth.num_chars)
+        if st["ttfa_ms"] is not None:
+            m.ttfa_seconds.labels(endpoint=synth.endpoint).observe(st["ttfa_ms"] / 1e3)
+        if status == "ok" and st["rtf"] is not None:
+            m.rtf.observe(st["rtf"])
+        m.audio_seconds_total.labels(engine=st["engine"]).inc(st["audio_duration_ms"] / 1e3)
+        for b in synth.batch_sizes:
+            m.batch_size.observe(b)

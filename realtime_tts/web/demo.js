@@ -7,7 +7,8 @@
 
 const $ = (id) => document.getElementById(id);
 const LLM_REPLY = "Sure, I can help with that. Your order shipped this morning and should arrive on Thursday. " +
-  "If it is late, just reply to this message, and I will send a replacement right away.";
+  "The courier will text you a delivery window the evening before. If it is late, just reply to this message, " +
+  "and I will send a replacement right away. Is there anything else I can do for you today?";
 const LLM_WORDS_PER_S = 12; // a chat model's pace, with jitter below
 const LEAD_S = 0.06; // how far ahead of "now" playback (re)starts: room for the next buffer to arrive
 

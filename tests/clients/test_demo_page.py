@@ -63,7 +63,7 @@ def test_typed_text_plays_gaplessly(page: Any) -> None:
     state = page.evaluate("window.demo")
     assert state["mode"] in ("session", "simple") and state["firstAudioMs"] is not None
     assert 0 < state["firstAudioMs"] < 10_000 and state["state"] in ("playing", "finishing")
-    assert page.inner_text("#first-audio") == f"{state['firstAudioMs']:.0f}"
+    assert abs(int(page.inner_text("#first-audio")) - state["firstAudioMs"]) <= 1  # shown (JS rounds half up)
     assert page.locator("#segments span.speaking").count() == 1  # the segment being spoken is shown
     page.wait_for_function("window.demo.doneReason !== null", timeout=30_000)
     state = page.evaluate("window.demo")

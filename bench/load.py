@@ -329,7 +329,7 @@ class AgentConfig:
     turns: int = 2
     words_per_s: float = 30.0  # LLM pace (~45 tokens/s); each gap drawn uniformly in [0.5, 1.5] x the mean
     barge_in: float = 0.0  # probability that the user interrupts a turn
-    barge_after_s: tuple[float, float] = (0.6, 2.5)  # ...after this much of it was played (uniform)
+    barge_after_s: tuple[float, float] = (0.2, 2.0)  # ...after this much of it was played (uniform)
     gap_s: tuple[float, float] = (0.5, 1.5)  # the user's turn: listening before the next reply (uniform)
     protocol: str = "auto"  # session | simple | auto (session when the server has it)
     params: dict[str, Any] = field(default_factory=dict)
@@ -668,6 +668,9 @@ def main() -> None:  # one linear script: its sections in the report's order
     p.add_argument("--turns", type=int, default=2, help="turns per agent")
     p.add_argument("--words-per-s", type=float, default=30.0, help="LLM pace (words per second; ~45 tokens/s)")
     p.add_argument("--barge-in", type=float, default=0.3, help="probability that a turn is interrupted")
+    p.add_argument("--barge-after", default="0.2,2.0",
+                   help="MIN,MAX seconds of playback before a barge-in (uniform); a fast server may have sent the "
+                        "whole reply by then (counted apart: nothing left to cancel)")
     p.add_argument("--protocol", choices=("auto", "session", "simple"), default="auto")
     p.add_argument("--sweep-agents", default="", help="agent counts to sweep (c), e.g. 1,2,4,8,16")
     p.add_argument("--agent-target-ms", type=float, default=1000.0,
@@ -705,8 +708,9 @@ def main() -> None:  # one linear script: its sections in the report's order
         print(f"server healthy in {time.perf_counter() - t0:.1f} s at {url}", flush=True)
     ws_base = url.replace("http", "ws", 1)
     params: dict[str, Any] = {} if args.num_step is None else {"num_step": args.num_step}
+    lo, _, hi = args.barge_after.partition(",")
     cfg = AgentConfig(turns=args.turns, words_per_s=args.words_per_s, barge_in=args.barge_in,
-                      protocol=args.protocol, params=params)
+                      barge_after_s=(float(lo), float(hi or lo)), protocol=args.protocol, params=params)
     deadline = time.monotonic() + args.time_budget_s
     speech_rows: list[dict[str, Any]] = []
     agent_rows: list[dict[str, Any]] = []

@@ -59,7 +59,8 @@ class Client:
             return None
         r.raise_for_status()
         body = r.json()
-        return list(body.get("data", body.get("voices", [])) if isinstance(body, dict) else body)
+        items = body.get("data", body.get("voices", [])) if isinstance(body, dict) else body
+        return list(items or [])
 
     async def health(self) -> dict[str, Any]:
         async with httpx.AsyncClient(timeout=self.timeout) as http:

@@ -150,7 +150,8 @@ def parse_json(obj: dict[str, Any]) -> Event:
     if kind == "pong":
         return Pong(obj.get("load") or {})
     if kind == "error" or "error" in obj:
-        err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+        nested = obj.get("error")
+        err: dict[str, Any] = nested if isinstance(nested, dict) else obj
         return ServerError(code=str(err.get("code", "error")), message=str(err.get("message", "")),
                            fatal=bool(err.get("fatal", True)), retryable=bool(err.get("retryable", False)),
                            retry_after_ms=err.get("retry_after_ms"), field=err.get("field"), context_id=ctx)

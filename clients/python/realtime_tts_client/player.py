@@ -34,7 +34,7 @@ class Player:
     def open(cls, rate: int) -> Player | None:
         """A player at `rate`, or None when this machine has no way to play audio."""
         try:
-            import sounddevice  # type: ignore[import-not-found]
+            import sounddevice
 
             stream = sounddevice.RawOutputStream(samplerate=rate, channels=1, dtype="int16")
             stream.start()

@@ -583,33 +583,31 @@ def plot(path: Path, agent_rows: list[dict[str, Any]], rate_rows: list[dict[str,
     except ImportError:
         print("matplotlib is not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
         return False
-    panels = [p for p in (("agents", agent_rows), ("rate", rate_rows)) if p[1]]
+    # per panel: rows, x key, y key ({q} = p50/p95/p99), line label, target, its unit, x and y axis labels
+    panels = [p for p in (
+        (agent_rows, "agents", "{q}_first_audio_ms", "first audio", agent_target, "ms", "concurrent agents",
+         "first audio (ms from the turn's first word)"),
+        (rate_rows, "rate_per_s", "{q}_s", "latency", rate_target, "s", "offered requests / s (/v1/audio/speech)",
+         "request latency (s)"),
+    ) if p[0]]
     if not panels:
         return False
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.2), squeeze=False)
-    for ax, (kind, rows) in zip(axes[0], panels, strict=True):
-        if kind == "agents":
-            x = [r["agents"] for r in rows]
-            for q, style in (("p50", "-o"), ("p95", "-s"), ("p99", "-^")):
-                ax.plot(x, [r[f"{q}_first_audio_ms"] for r in rows], style, label=f"first audio {q}")
-            if agent_target:
-                ax.axhline(agent_target, color="grey", ls="--", lw=1, label=f"target {agent_target:g} ms")
-            ax.set_xlabel("concurrent agents")
-            ax.set_ylabel("first audio (ms from the turn's first word)")
-            ax2 = ax.twinx()
+    for ax, (rows, xkey, ykey, what, target, unit, xlabel, ylabel) in zip(axes[0], panels, strict=True):
+        x = [r[xkey] for r in rows]
+        for q, style in (("p50", "-o"), ("p95", "-s"), ("p99", "-^")):
+            ax.plot(x, [r[ykey.format(q=q)] for r in rows], style, label=f"{what} {q}")
+        if target:
+            ax.axhline(target, color="grey", ls="--", lw=1, label=f"target {target:g} {unit}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax2 = ax.twinx()
+        if xkey == "agents":
             ax2.bar(x, [r["underruns"] for r in rows], alpha=0.25, color="tab:red", width=0.4 * min(x),
                     label="underruns")
             ax2.set_ylabel("underruns (all turns)")
             ax2.set_ylim(bottom=0, top=max(4, *[r["underruns"] for r in rows]) * 1.2)
         else:
-            x = [r["rate_per_s"] for r in rows]
-            for q, style in (("p50", "-o"), ("p95", "-s"), ("p99", "-^")):
-                ax.plot(x, [r[f"{q}_s"] for r in rows], style, label=f"latency {q}")
-            if rate_target:
-                ax.axhline(rate_target, color="grey", ls="--", lw=1, label=f"target {rate_target:g} s")
-            ax.set_xlabel("offered requests / s (/v1/audio/speech)")
-            ax.set_ylabel("request latency (s)")
-            ax2 = ax.twinx()
             ax2.plot(x, [r["completed_per_s"] for r in rows], ":", color="tab:green", label="completed req/s")
             ax2.set_ylabel("completed req/s")
         ax.set_xscale("log", base=2)

@@ -8,6 +8,7 @@ import ast
 import asyncio
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -172,6 +173,21 @@ def test_say_stdin_streams_as_it_arrives(server: Server, tmp_path: Path) -> None
     assert stats["t_total_ms"] >= (written_s - 0.3) * 1000, (stats, written_s)
     assert stats["ttfa_ms"] < stats["t_total_ms"] - 500  # first audio long before stdin was closed
     assert_speech(_wav(out), min_s=3.0, max_s=10.0)
+
+
+def test_say_ctrl_c_is_a_barge_in(server: Server, tmp_path: Path) -> None:
+    """SIGINT while `say -` still has its turn open: it cancels with played_ms, keeps what it got, exits 130."""
+    out = tmp_path / "cut.wav"
+    proc = _say(server, "-", "--seed", "8", "--out", str(out), stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write("This sentence is spoken before the listener interrupts. And this one is")
+    proc.stdin.flush()
+    time.sleep(4)  # start-up, then the first sentence's audio arrives; stdin stays open: the turn is live
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "cancelled after" in stderr and "Traceback" not in stderr
+    assert 1.0 < len(_wav(out)) / SAMPLE_RATE < 6.0  # the first sentence, not the unfinished one
 
 
 def test_say_against_no_server_is_one_clear_line(tmp_path: Path) -> None:

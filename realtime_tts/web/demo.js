@@ -159,7 +159,7 @@ async function start(words) {
   setState("connecting");
   audio();
   const voice = $("voice").value;
-  const run = current = { player: null, t0: null, feeder: null, ended: false };
+  const run = current = { player: null, t0: null, feeder: null, ended: false, sent: "" };
   const on = {
     audio: (pcm) => {
       if (run !== current) return;
@@ -192,12 +192,13 @@ async function start(words) {
   setState("waiting");
   $("stop").disabled = false;
   run.t0 = performance.now();
-  if (!Array.isArray(words)) { tr.text(words); tr.end(); return; }
+  const send = (t) => { run.sent += t; tr.text(t); };
+  if (!Array.isArray(words)) { send(words); tr.end(); return; }
   let i = 0;
   const next = () => { // LLM pace: one word at a time, with jitter
     if (run !== current || run.stopping) return;
     if (i >= words.length) { tr.end(); return; }
-    tr.text(words[i] + (i < words.length - 1 ? " " : ""));
+    send(words[i] + (i < words.length - 1 ? " " : ""));
     i++;
     run.feeder = setTimeout(next, (1000 / LLM_WORDS_PER_S) * (0.5 + Math.random()));
   };
@@ -207,8 +208,11 @@ async function start(words) {
 function showSpoken(run, spoken) {
   if (typeof spoken === "string") { demo.textSpoken = spoken; demo.textSpokenFrom = "server"; }
   else { // an older server sends no text_spoken: the segments whose audio had started playing
+    // (text_end: a code-point offset into the text this page sent)
     const played = demo.playedMs * run.player.rate / 1000;
-    demo.textSpoken = demo.segments.filter((s) => s.audio_start_sample < played).map((s) => s.text).join("");
+    const heard = demo.segments.filter((s) => s.audio_start_sample < played);
+    const end = heard.length ? Math.max(...heard.map((s) => s.text_end)) : 0;
+    demo.textSpoken = Array.from(run.sent).slice(0, end).join("");
     demo.textSpokenFrom = "client estimate (server sent no text_spoken)";
   }
   $("spoken").textContent = (demo.textSpoken || "(nothing)") + "   [" + demo.textSpokenFrom + "]";
@@ -270,27 +274,38 @@ function draw() {
 }
 
 async function loadVoices() {
-  // GET /v1/voices lists saved and preset voices; an older server has no such route: offer the model's presets
+  // the default model's presets (GET /v1/models) and the saved voices (GET /v1/voices); a server without the
+  // voice library answers 404 there: the page then offers the presets only and says so
   const sel = $("voice");
-  const add = (value, label) => { const o = document.createElement("option"); o.value = value; o.textContent = label; sel.append(o); };
+  const group = (label, items) => {
+    if (!items.length) return;
+    const g = document.createElement("optgroup");
+    g.label = label;
+    for (const [value, text] of items) {
+      const o = document.createElement("option"); o.value = value; o.textContent = text; g.append(o);
+    }
+    sel.append(g);
+  };
+  try {
+    const models = (await (await fetch("/v1/models")).json()).data || [];
+    const def = models.find((m) => m.default) || models[0];
+    const presets = ((def && def.capabilities && def.capabilities.presets) || []).filter((p) => p !== "auto");
+    group("presets", presets.map((p) => [p, p]));
+  } catch (e) { /* "auto" only */ }
   try {
     const r = await fetch("/v1/voices");
     if (!r.ok) throw new Error("GET /v1/voices: " + r.status);
     const body = await r.json();
-    const list = Array.isArray(body) ? body : body.data || body.voices || [];
+    const list = Array.isArray(body) ? body : body.data || [];
     demo.voices = list.length;
-    for (const v of list) {
-      const id = typeof v === "string" ? v : v.id || v.voice_id || v.name;
-      if (id && id !== "auto") add(id, typeof v === "string" ? v : `${v.name || id}${v.kind ? " (" + v.kind + ")" : ""}`);
-    }
+    group("saved voices", list.map((v) => {
+      const id = typeof v === "string" ? v : v.voice_id || v.id;
+      return [id, typeof v === "string" ? v : `${v.name || id}${v.source ? " (" + v.source + ")" : ""}`];
+    }).filter(([id]) => id));
+    if (!list.length) $("voice-note").textContent = "(no saved voices yet: POST /v1/voices adds one)";
   } catch (e) {
     demo.voices = null;
-    $("voice-note").textContent = "(voice list unavailable: " + e.message + "; using presets)";
-    try {
-      const models = (await (await fetch("/v1/models")).json()).data || [];
-      const def = models.find((m) => m.default) || models[0];
-      for (const p of (def && def.capabilities && def.capabilities.presets) || []) add(p, p);
-    } catch (e2) { /* auto only */ }
+    $("voice-note").textContent = "(saved voices unavailable: " + e.message + ")";
   }
 }
 

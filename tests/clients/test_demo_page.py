@@ -55,6 +55,19 @@ def test_demo_is_served_from_the_package(server: Server) -> None:
     assert "GET /demo" in httpx.get(server.http + "/").json()["endpoints"]
 
 
+def test_voice_picker_lists_presets_and_saved_voices(page: Any, server: Server) -> None:
+    models = httpx.get(server.http + "/v1/models").json()["data"]
+    presets = next(m for m in models if m["default"])["capabilities"]["presets"]
+    options = page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)")
+    assert options[0] == "auto" and set(presets) - {"auto"} <= set(options)
+    saved = httpx.get(server.http + "/v1/voices")
+    if saved.status_code == 404:  # a server without the voice library: the page says so and goes on
+        assert page.evaluate("window.demo.voices") is None and "unavailable" in page.inner_text("#voice-note")
+    else:
+        ids = [v["voice_id"] for v in saved.json()["data"]]
+        assert page.evaluate("window.demo.voices") == len(ids) and set(ids) <= set(options)
+
+
 def test_typed_text_plays_gaplessly(page: Any) -> None:
     page.fill("#text", LONG_TEXT)
     page.click("#speak")

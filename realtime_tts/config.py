@@ -44,7 +44,7 @@ class OmniVoiceConfig:
     device: str = _doc("Torch device for OmniVoice workers: cuda or cpu (auto = cuda if present).", default="auto")
     gpus: int = _doc("Number of GPU workers (0 = every visible GPU).", default=0)
     # Serving defaults (max/latency budgets, admission, codec graphs, target_chars) from the H200 A/B in
-    # bench/results/omnivoice_serve_h200_run11*.md: 100 streaming agents p95 238 ms after the first sentence
+    # serving run 11 of bench/results/HISTORY.md: 100 streaming agents p95 238 ms after the first sentence
     # with no underruns (was 417 ms, 50 underruns). Bulk-only deployments gain ~10% throughput with a larger
     # max_batch_tokens (B=16 design 214 xRT vs B=128 243 on the H200).
     max_batch_tokens: int = _doc("Token budget per diffusion step across the running batch (larger: more "
@@ -62,7 +62,7 @@ class OmniVoiceConfig:
                           default="reference")
     swiglu_gemm_min_tokens: int = _doc("Diffusion steps of at least this many tokens run the MLP's gate/up "
                                        "projection and SwiGLU as one Triton GEMM (faster at bulk sizes on the "
-                                       "H200, bench/results/omnivoice_gemm_h200_run2.md); 0 = never.",
+                                       "H200, bench/results/omnivoice_gemm_h200.md); 0 = never.",
                                        default=8192)
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "

@@ -10,7 +10,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import sm90  # tests/engine/sm90.py
+import sm90  # tests/gpu_worker/sm90.py
 
 from realtime_tts.gpu_worker import kernels
 

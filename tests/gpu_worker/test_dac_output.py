@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-import sm90  # tests/engine/sm90.py
+import sm90  # tests/gpu_worker/sm90.py
 import torch
 from tiny_codec import to_channels_last
 

@@ -12,7 +12,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import sm90  # tests/engine/sm90.py
+import sm90  # tests/gpu_worker/sm90.py
 from tiny_codec import assert_close_audio, decode_logged, tiny_codec, to_channels_last
 
 from realtime_tts.gpu_worker.kernels import dac_units

@@ -12,7 +12,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import sm90  # tests/engine/sm90.py
+import sm90  # tests/gpu_worker/sm90.py
 from tiny_codec import check_graph_replays, tiny_codec
 
 from realtime_tts.gpu_worker import kernels

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 triton = pytest.importorskip("triton")
 
-import sm90  # tests/engine/sm90.py
+import sm90  # tests/gpu_worker/sm90.py
 
 from realtime_tts.gpu_worker import kernels
 from realtime_tts.gpu_worker.kernels.scoring import cfg_log_probs_ref

@@ -41,7 +41,7 @@ def _f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module", autouse=True)
 def bf16_interpreter() -> Iterator[None]:
     """Triton 3.6's CPU interpreter keeps bf16 as raw uint16 bits and (a) multiplies those integers in tl.dot
-    (garbage: tests/engine/test_kernels.py skips bf16 attention on CPU for it), (b) truncates fp32 → bf16 where
+    (garbage: tests/gpu_worker/test_kernels.py skips bf16 attention on CPU for it), (b) truncates fp32 → bf16 where
     the GPU rounds to nearest even. A bf16 forward through it would test the emulator's bugs, not our
     numerics; so for this module the two operations do what the GPU does (a third-party emulator corrected,
     none of our code replaced). test_interpreter_bf16_matches_torch checks the correction."""

@@ -119,6 +119,14 @@ def test_sync_one_shot_writes_a_wav(server: Server, tmp_path: Path) -> None:
     assert result.done.reason == "end" and result.duration_s > 0.8
 
 
+def test_voices_and_health(server: Server) -> None:
+    client = Client(server.http)
+    voices = asyncio.run(client.voices())
+    r = httpx.get(server.http + "/v1/voices")
+    assert voices is None if r.status_code == 404 else voices == r.json()["data"]
+    assert asyncio.run(client.health())["status"] == "ok"
+
+
 def _say(server: Server, *args: str, stdin: int | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "realtime_tts.cli", "say", "--server", f"127.0.0.1:{server.port}",
                              *args], cwd=REPO, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -216,7 +224,10 @@ def test_session_two_contexts_and_negotiated_audio(server: Server) -> None:
             await a.text("The first context speaks this. ")
             await b.speak("The second one says something else.")
             await a.end()
-            return s.audio, await asyncio.gather(a.collect(), b.collect())
+            results = await asyncio.gather(a.collect(), b.collect())
+            pong = await s.ping()
+            assert isinstance(pong.load, dict)
+            return s.audio, results
 
     fmt, (ra, rb) = asyncio.run(go())
     assert fmt == AudioFormat("pcm_s16le", 16_000)

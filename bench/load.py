@@ -38,6 +38,7 @@ import math
 import os
 import platform
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -327,7 +328,8 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
 @dataclass
 class AgentConfig:
     turns: int = 2
-    words_per_s: float = 30.0  # LLM pace (~45 tokens/s); each gap drawn uniformly in [0.5, 1.5] x the mean
+    pace: float = 45.0  # LLM pace, pieces per second; each gap drawn uniformly in [0.5, 1.5] x the mean
+    granularity: str = "token"  # pieces: "token" (BPE-sized, ~4 characters) or "word"
     barge_in: float = 0.0  # probability that the user interrupts a turn
     barge_after_s: tuple[float, float] = (0.2, 2.0)  # ...after this much of it was played (uniform)
     gap_s: tuple[float, float] = (0.5, 1.5)  # the user's turn: listening before the next reply (uniform)
@@ -361,7 +363,16 @@ async def _open_turn(ws_base: str, cfg: AgentConfig, session: Any, seed: int) ->
     return stream, stream
 
 
-async def run_turn(speaker: Any, words: list[str], cfg: AgentConfig, rng: random.Random, rate: int) -> Turn:
+def split_reply(text: str, granularity: str) -> list[str]:
+    """The reply as an LLM streams it: BPE-sized pieces (a leading space stays with its word, long words split
+    every 4 characters, punctuation apart) or whole words with their trailing space."""
+    if granularity == "word":
+        words = text.split(" ")
+        return [w + " " for w in words[:-1]] + words[-1:]
+    return re.findall(r" ?[A-Za-z0-9']{1,4}| ?[^\sA-Za-z0-9']", text)
+
+
+async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, rng: random.Random, rate: int) -> Turn:
     out = Turn()
     arrivals: list[tuple[float, int]] = []
     t_first_text = t_clause = 0.0
@@ -370,13 +381,13 @@ async def run_turn(speaker: Any, words: list[str], cfg: AgentConfig, rng: random
 
     async def feed() -> None:
         nonlocal t_first_text, t_clause
-        for i, word in enumerate(words):
-            await speaker.text(word + (" " if i < len(words) - 1 else ""))
+        for i, piece in enumerate(pieces):
+            await speaker.text(piece)
             if i == 0:
                 t_first_text = time.perf_counter()
-            if not t_clause and word[-1] in ".!?":
+            if not t_clause and piece.rstrip()[-1:] in (".", "!", "?"):
                 t_clause = time.perf_counter()
-            await asyncio.sleep(rng.uniform(0.5, 1.5) / cfg.words_per_s)
+            await asyncio.sleep(rng.uniform(0.5, 1.5) / cfg.pace)
         await speaker.end()
 
     async def barge(after_s: float) -> None:
@@ -450,9 +461,9 @@ async def agent(ws_base: str, index: int, cfg: AgentConfig) -> list[Turn]:
                 if cfg.protocol == "session":
                     raise
         for t in range(cfg.turns):
-            words = REPLIES[(index + t) % len(REPLIES)].split(" ")
+            pieces = split_reply(REPLIES[(index + t) % len(REPLIES)], cfg.granularity)
             speaker, conn = await _open_turn(ws_base, cfg, session, index)
-            turn = await run_turn(speaker, words, cfg, rng, rate)
+            turn = await run_turn(speaker, pieces, cfg, rng, rate)
             turns.append(turn)
             if conn is not None:
                 await conn.close()
@@ -664,7 +675,9 @@ def main() -> None:  # one linear script: its sections in the report's order
     p.add_argument("--shape", choices=("short", "mixed"), default="mixed")
     p.add_argument("--agents", default="", help="comma-separated agent counts (b)")
     p.add_argument("--turns", type=int, default=2, help="turns per agent")
-    p.add_argument("--words-per-s", type=float, default=30.0, help="LLM pace (words per second; ~45 tokens/s)")
+    p.add_argument("--pace", type=float, default=45.0, help="LLM pace: pieces (tokens or words) per second")
+    p.add_argument("--granularity", choices=("token", "word"), default="token",
+                   help="what one text message carries: a BPE-sized token (~4 characters) or a word")
     p.add_argument("--barge-in", type=float, default=0.3, help="probability that a turn is interrupted")
     p.add_argument("--barge-after", default="0.2,2.0",
                    help="MIN,MAX seconds of playback before a barge-in (uniform); a fast server may have sent the "
@@ -707,7 +720,7 @@ def main() -> None:  # one linear script: its sections in the report's order
     ws_base = url.replace("http", "ws", 1)
     params: dict[str, Any] = {} if args.num_step is None else {"num_step": args.num_step}
     lo, _, hi = args.barge_after.partition(",")
-    cfg = AgentConfig(turns=args.turns, words_per_s=args.words_per_s, barge_in=args.barge_in,
+    cfg = AgentConfig(turns=args.turns, pace=args.pace, granularity=args.granularity, barge_in=args.barge_in,
                       barge_after_s=(float(lo), float(hi or lo)), protocol=args.protocol, params=params)
     deadline = time.monotonic() + args.time_budget_s
     speech_rows: list[dict[str, Any]] = []
@@ -720,7 +733,7 @@ def main() -> None:  # one linear script: its sections in the report's order
         health = httpx.get(url + "/health", timeout=10).json()
         clone_ok, model = can_clone(url)
         ref = make_ref_wav(url) if clone_ok and args.shape == "mixed" else None
-        warm = AgentConfig(turns=1, words_per_s=args.words_per_s, protocol=args.protocol, params=params,
+        warm = AgentConfig(turns=1, pace=args.pace, granularity=args.granularity, protocol=args.protocol, params=params,
                            gap_s=(0.0, 0.0))
         asyncio.run(run_agents(ws_base, 1, warm))  # first-use costs stay out of the tables
 
@@ -783,8 +796,8 @@ def main() -> None:  # one linear script: its sections in the report's order
         lines += speech_table(speech_rows + sweep_rate_rows)
     if agent_rows or sweep_agent_rows:
         lines += ["", "## (b) Agents: multi-turn LLM-paced streams, real-time playback, barge-ins", "",
-                  (f"Each agent: {args.turns} turns; a turn streams a 3-sentence reply at ~{args.words_per_s:g} "
-                   f"words/s into WS /v1/stream/text, plays it in real time, is interrupted with probability "
+                  (f"Each agent: {args.turns} turns; a turn streams a 3-sentence reply at ~{args.pace:g} "
+                   f"{args.granularity}s/s into WS /v1/stream/text (one text message per {args.granularity}), plays it in real time, is interrupted with probability "
                    f"{args.barge_in:g} after {cfg.barge_after_s[0]:g}-{cfg.barge_after_s[1]:g} s of playback "
                    f"(cancel with played_ms), then listens {cfg.gap_s[0]:g}-{cfg.gap_s[1]:g} s. First audio: "
                    "from the turn's first word. Underrun: the player ran dry mid-reply (10 ms jitter allowance). "

@@ -98,7 +98,7 @@ def main() -> None:
     ws_url = url.replace("http", "ws", 1)
     params: dict[str, Any] = {"num_step": args.num_step}
     # one turn per agent, no barge-in: the single-reply shape of the earlier serving tables
-    cfg = AgentConfig(turns=1, words_per_s=args.words_per_s, barge_in=0.0, gap_s=(0.0, 0.0),
+    cfg = AgentConfig(turns=1, pace=args.words_per_s, granularity="word", barge_in=0.0, gap_s=(0.0, 0.0),
                       protocol=args.protocol, params=params)
     agent_rows: list[dict[str, Any]] = []
     agent_server: list[tuple[str, dict[str, float]]] = []

@@ -24,6 +24,7 @@ from realtime_tts_client import (
     Client,
     Done,
     SegmentStart,
+    ServerError,
     SessionModeUnavailable,
     synthesize,
 )
@@ -269,3 +270,29 @@ def test_session_cancel_reports_text_spoken(server: Server) -> None:
     done, late = asyncio.run(go())
     assert done is not None and done.reason == "cancelled" and isinstance(done.text_spoken, str)
     assert late is not None and late.already_done
+
+
+def test_session_refused_context_ends_with_an_error(server: Server) -> None:
+    """Past max_contexts the server refuses the open (error "too_many_contexts", the socket stays open): the
+    refused context ends instead of waiting for a context.done that never comes; the others still speak."""
+    async def go():  # type: ignore[no-untyped-def]
+        s = await _session_or_skip(server, seed=10)
+        async with s:
+            limit = int((s.started.get("limits") or {}).get("max_contexts", 8))
+            live = [s.context(f"c{i}") for i in range(limit)]
+            for c in live:
+                await c.text("Held open. ")
+            extra = s.context("one-too-many")
+            await extra.text("Refused. ")
+            refused = [ev async for ev in extra]
+            await live[0].end()
+            first = await live[0].collect()
+            for c in live[1:]:
+                await c.cancel()
+            return refused, first
+
+    refused, first = asyncio.run(go())
+    err, done = refused
+    assert isinstance(err, ServerError) and err.code == "too_many_contexts" and not err.fatal
+    assert isinstance(done, Done) and done.reason == "error" and done.raw["refused"]
+    assert first.done.reason == "end" and first.duration_s > 0.3

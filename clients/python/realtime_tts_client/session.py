@@ -48,6 +48,7 @@ class Context:
         self.id = context_id
         self.queue: asyncio.Queue[Event | BaseException] = asyncio.Queue()
         self.slot: int | None = None
+        self.started = False  # context.started seen: the server opened it
         self.done: Done | None = None
         self.t0: float | None = None  # when its first text was sent
         self.audio_bytes = 0
@@ -187,9 +188,16 @@ class Session:
                 self.unknown.append(ev.raw)
             return
         if isinstance(ev, ContextStarted):
+            ctx.started = True
             ctx.slot = ev.slot
             if ev.slot is not None:
                 self.by_slot[ev.slot] = ctx
+        if isinstance(ev, ServerError) and not ctx.started:
+            # The server answers a message in order, and context.started comes first for a context it opened: an
+            # error before it means the open was refused (too_many_contexts, a bad voice...). No context.done
+            # follows for a context that never existed, so the client ends it here (reason "error", "refused").
+            ctx.queue.put_nowait(ev)
+            ev = Done(reason="error", stats={}, context_id=cid, raw={"refused": True, "error": ev.code})
         if isinstance(ev, Done):
             # the id may be reused after context.done: forget it (the Context object keeps its own state)
             del self.contexts[cid]  # type: ignore[arg-type]

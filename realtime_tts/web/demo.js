@@ -13,7 +13,7 @@ const LLM_WORDS_PER_S = 12; // a chat model's pace, with jitter below
 const LEAD_S = 0.06; // how far ahead of "now" playback (re)starts: room for the next buffer to arrive
 
 const demo = window.demo = {
-  state: "idle", mode: null, buffersScheduled: 0, audioSeconds: 0, firstAudioMs: null, underruns: 0,
+  state: "idle", mode: null, rate: null, buffersScheduled: 0, audioSeconds: 0, firstAudioMs: null, underruns: 0,
   doneReason: null, textSpoken: null, textSpokenFrom: null, playedMs: 0, segments: [], errors: [], voices: null,
 };
 
@@ -87,7 +87,12 @@ class SessionTransport {
       let started = false;
       const ws = this.ws = new WebSocket(wsUrl());
       ws.binaryType = "arraybuffer";
-      ws.onopen = () => ws.send(JSON.stringify({ type: "session.start", voice: this.voice, framing: "binary" }));
+      // negotiated audio at the AudioContext's own rate: the server resamples once, with its state carried
+      // across frames, so the browser never resamples buffer by buffer (no clicks at the joins)
+      const rate = audio().sampleRate;
+      const want = rate >= 8000 && rate <= 48000 ? { encoding: "pcm_s16le", sample_rate: rate } : undefined;
+      ws.onopen = () => ws.send(JSON.stringify({ type: "session.start", voice: this.voice, framing: "binary",
+        audio: want }));
       ws.onmessage = (m) => {
         if (started) return this.message(m);
         const o = JSON.parse(m.data);
@@ -186,6 +191,7 @@ async function start(words) {
   if (ok === false) { tr = new SimpleTransport(voice, on); ok = await tr.open(); }
   if (!ok) { setState("error"); return; }
   demo.mode = tr instanceof SessionTransport ? "session" : "simple";
+  demo.rate = tr.rate;
   $("mode").textContent = "mode: " + demo.mode;
   run.transport = tr;
   run.player = new Player(tr.rate);

@@ -75,6 +75,9 @@ def test_typed_text_plays_gaplessly(page: Any) -> None:
     page.wait_for_function("window.demo.playedMs > 600", timeout=15_000)  # the AudioContext's clock runs
     state = page.evaluate("window.demo")
     assert state["mode"] in ("session", "simple") and state["firstAudioMs"] is not None
+    # session mode negotiates the AudioContext's own rate; simple mode is always 24 kHz
+    ctx_rate = page.evaluate("audioCtx.sampleRate")
+    assert state["rate"] == (ctx_rate if state["mode"] == "session" else 24000)
     assert 0 < state["firstAudioMs"] < 10_000 and state["state"] in ("playing", "finishing")
     assert abs(int(page.inner_text("#first-audio")) - state["firstAudioMs"]) <= 1  # shown (JS rounds half up)
     assert page.locator("#segments span.speaking").count() == 1  # the segment being spoken is shown
@@ -92,7 +95,7 @@ def test_llm_reply_streams_and_stop_cancels_it(page: Any) -> None:
     page.click("#llm")  # ~55 words at ~12 words/s: still streaming when Stop is clicked
     # Stop once the first segment has been heard to its end (the server reports at least segment granularity)
     page.wait_for_function("window.demo.segments.length >= 2 && window.demo.playedMs > 150 + "
-                           "1000 * window.demo.segments[1].audio_start_sample / 24000", timeout=30_000)
+                           "1000 * window.demo.segments[1].audio_start_sample / window.demo.rate", timeout=30_000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "demo_playing.png"), full_page=True)
     assert page.evaluate("window.demo.doneReason") is None, "the reply finished before Stop: nothing to cancel"

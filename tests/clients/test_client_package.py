@@ -232,6 +232,7 @@ def test_session_two_contexts_and_negotiated_audio(server: Server) -> None:
 
     fmt, (ra, rb) = asyncio.run(go())
     assert fmt == AudioFormat("pcm_s16le", 16_000)
+    assert ra.words and all(w.end_sample <= len(ra.audio) // 2 + 1 for ws in ra.words for w in ws.words)
     for r, words in ((ra, "first context"), (rb, "second one")):
         assert r.done.reason == "end" and r.done.context_id in ("turn-a", "turn-b")
         assert words in "".join(s.text for s in r.segments)

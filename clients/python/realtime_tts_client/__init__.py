@@ -21,6 +21,8 @@ from realtime_tts_client.events import (
     SegmentStart,
     ServerError,
     TTSServerError,
+    Word,
+    Words,
 )
 from realtime_tts_client.result import Result
 from realtime_tts_client.session import Context, Session, SessionModeUnavailable
@@ -29,5 +31,5 @@ from realtime_tts_client.simple import SimpleStream
 __all__ = [
     "DEFAULT_SERVER", "ENCODINGS", "Audio", "AudioFormat", "Client", "Context", "ContextStarted", "Done", "Event",
     "FlushDone", "Pong", "Result", "SegmentEnd", "SegmentStart", "ServerError", "Session", "SessionModeUnavailable",
-    "SimpleStream", "TTSServerError", "base_urls", "synthesize", "to_s16", "write_wav",
+    "SimpleStream", "TTSServerError", "Word", "Words", "base_urls", "synthesize", "to_s16", "write_wav",
 ]

@@ -50,6 +50,25 @@ class SegmentEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class Word:
+    word: str
+    text_start: int  # code-point offsets into the context's raw text
+    text_end: int
+    start_sample: int  # at the negotiated rate
+    end_sample: int
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """Word timings of a segment (session mode); `estimated` when the engine gave none (spread by length)."""
+
+    segment_index: int
+    words: tuple[Word, ...]
+    estimated: bool = False
+    context_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ContextStarted:
     context_id: str
     slot: int | None
@@ -98,7 +117,7 @@ class Unknown:
     raw: dict[str, Any]
 
 
-Event = Audio | SegmentStart | SegmentEnd | ContextStarted | FlushDone | Done | ServerError | Pong | Unknown
+Event = Audio | SegmentStart | SegmentEnd | Words | ContextStarted | FlushDone | Done | ServerError | Pong | Unknown
 
 
 class TTSServerError(RuntimeError):
@@ -136,7 +155,11 @@ def parse_json(obj: dict[str, Any]) -> Event:
                     warnings=list(obj.get("warnings") or []), raw=obj)
     if kind == "audio":  # framing "json"
         return Audio(base64.b64decode(obj["audio"]), context_id=ctx, segment_index=obj.get("segment_index"),
-                     seq=obj.get("seq"), sample_offset=obj.get("sample_offset"))
+                     seq=obj.get("seq"), sample_offset=obj.get("sample_offset"), flags=int(obj.get("flags", 0)))
+    if kind == "words":
+        return Words(obj.get("segment_index", 0), tuple(
+            Word(w.get("word", ""), w.get("text_start", 0), w.get("text_end", 0), w.get("start_sample", 0),
+                 w.get("end_sample", 0)) for w in obj.get("words") or []), bool(obj.get("estimated", False)), ctx)
     if kind == "segment.start":
         return SegmentStart(obj["segment_index"], obj.get("text", ""), obj.get("text_start", 0),
                             obj.get("text_end", 0), obj.get("audio_start_sample", 0), ctx)

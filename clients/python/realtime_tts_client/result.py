@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from realtime_tts_client.audio import AudioFormat, to_s16, write_wav
-from realtime_tts_client.events import Audio, Done, Event, SegmentStart, ServerError
+from realtime_tts_client.events import Audio, Done, Event, SegmentStart, ServerError, Words
 
 
 @dataclass
@@ -22,6 +22,7 @@ class Result:
     first_audio_s: float | None = None  # from the stream's start (its first text) to the first audio bytes
     segments: list[SegmentStart] = field(default_factory=list)
     errors: list[ServerError] = field(default_factory=list)
+    words: list[Words] = field(default_factory=list)  # session mode: word timings per segment
 
     @property
     def duration_s(self) -> float:
@@ -40,6 +41,7 @@ async def collect(events: AsyncIterator[Event], fmt: AudioFormat, t0: float) -> 
     first: float | None = None
     segments: list[SegmentStart] = []
     errors: list[ServerError] = []
+    words: list[Words] = []
     async for ev in events:
         if isinstance(ev, Audio):
             if first is None and ev.data:
@@ -49,8 +51,10 @@ async def collect(events: AsyncIterator[Event], fmt: AudioFormat, t0: float) -> 
             segments.append(ev)
         elif isinstance(ev, ServerError):
             errors.append(ev)
+        elif isinstance(ev, Words):
+            words.append(ev)
         elif isinstance(ev, Done):
             if ev.sample_rate and ev.sample_rate != fmt.sample_rate:
                 fmt = AudioFormat(fmt.encoding, ev.sample_rate)
-            return Result(bytes(audio), fmt, ev, first, segments, errors)
+            return Result(bytes(audio), fmt, ev, first, segments, errors, words)
     raise ConnectionError("the stream ended without its terminal frame")

@@ -101,3 +101,13 @@ class Cancelled(TTSError):
     status = 499
     close_code = 1000
     code = "cancelled"
+
+
+class ShuttingDown(TTSError):
+    """The server is draining for shutdown (SIGTERM): new requests are refused, and streams still running when
+    the drain timeout ends are closed with this. Retry on another replica."""
+
+    status = 503
+    close_code = 1001  # RFC 6455 "going away"
+    code = "shutting_down"
+    retryable = True

@@ -13,9 +13,13 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand modules, in --help order (realtime_tts.cli.<name>.register).
+# Subcommand modules, in --help order (realtime_tts.cli.<name with _ for ->.register).
 COMMANDS: list[str] = [
     "serve",
+    "stop",
+    "check",
+    "install-service",
+    "voices",
     "say",
 ]
 
@@ -24,12 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="realtime-tts", description="Realtime text-to-speech server.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"{__name__}.{name}").register(sub)
+        importlib.import_module(f"{__name__}.{name.replace('-', '_')}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # e.g. serve --daemon starts the same command line again, in the background
     return int(args.run(args))
 
 

@@ -39,7 +39,6 @@ import os
 import platform
 import random
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -53,6 +52,9 @@ from typing import Any
 
 import httpx
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: local_server, machine
+import local_server
 
 REPO = Path(__file__).resolve().parents[1]
 try:
@@ -94,12 +96,6 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def is_loopback(url: str) -> bool:
     host = urllib.parse.urlsplit(url).hostname or ""
     if host == "localhost":
@@ -111,24 +107,10 @@ def is_loopback(url: str) -> bool:
 
 
 def start_server(args: list[str], timeout_s: float = 900.0) -> tuple[subprocess.Popen[bytes], str]:
-    """`realtime-tts serve` on a free loopback port → (process, base URL) once /health says ok."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "realtime_tts.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning", *args]
-    proc = subprocess.Popen(cmd, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("server did not become healthy")
+    """`realtime-tts serve` on a free loopback port (bench/local_server.py) → (process, base URL)."""
+    port = local_server.free_port()
+    proc = local_server.start_server(port, ["--host", "127.0.0.1", *args], timeout_s=timeout_s)
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def playback(arrivals: list[tuple[float, int]], rate: int = SR, jitter_s: float = 0.01) -> tuple[int, float]:
@@ -766,8 +748,7 @@ def main() -> None:  # one linear script: its sections in the report's order
                 lambda r: r["p95_s"] <= args.rate_target_s and r["failed"] == 0, deadline=deadline)
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(60)
+            local_server.stop_server(proc)
 
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -845,5 +826,4 @@ def main() -> None:  # one linear script: its sections in the report's order
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
     main()

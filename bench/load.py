@@ -168,31 +168,60 @@ def server_delta(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
     buckets = sorted((float(dict(lb)["le"]), after[(n, lb)] - before.get((n, lb), 0.0))
                      for (n, lb) in after if n == p + "step_seconds_bucket")
     segments = d(p + "batch_size_count")
+
+    def per_worker(name: str) -> float:  # summed over the worker label
+        return sum(v - before.get((n, lb), 0.0) for (n, lb), v in after.items() if n == p + name)
+
     return {"steps": steps, "step_mean_ms": 1000.0 * d(p + "step_seconds_sum") / steps if steps else float("nan"),
             "step_p50_ms": 1000.0 * hist_quantile(buckets, 0.5), "step_p95_ms": 1000.0 * hist_quantile(buckets, 0.95),
             "step_busy_s": d(p + "step_seconds_sum"), "segments": segments,
             "batch_items_mean": d(p + "batch_size_sum") / segments if segments else float("nan"),
-            "graph_hits": d(p + "cuda_graph_hits_total"), "graph_misses": d(p + "cuda_graph_misses_total")}
+            "graph_hits": d(p + "cuda_graph_hits_total"), "graph_misses": d(p + "cuda_graph_misses_total"),
+            "host_s": per_worker("worker_host_seconds_total"), "gpu_busy_s": per_worker("gpu_busy_seconds_total"),
+            "gpu_gap_s": per_worker("gpu_gap_seconds_total"), "codec_s": per_worker("codec_seconds_total"),
+            "refused": per_worker("admission_refusals_total")}
 
 
-def measured(url: str, run: Coroutine[Any, Any, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, float]]:
-    """Run one table row between two /metrics scrapes → (row, server-side figures of that run)."""
-    before = scrape(url)
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) the process has used so far (Linux /proc; nan elsewhere or without a pid)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return float("nan")
+
+
+def measured(url: str, run: Coroutine[Any, Any, dict[str, Any]],
+             web_pid: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run one table row between two /metrics scrapes → (row, server-side figures of that run). web_pid: the
+    server's web process (not its workers), whose CPU seconds over the run are reported as web_cpu_s."""
+    before, cpu0 = scrape(url), cpu_seconds(web_pid)
     row = asyncio.run(run)
     time.sleep(0.6)  # GPU workers report step times every 0.25 s: let the last report land
-    return row, server_delta(before, scrape(url))
+    server = server_delta(before, scrape(url))
+    server["web_cpu_s"] = cpu_seconds(web_pid) - cpu0
+    return row, server
 
 
 def server_table(rows: list[tuple[str, dict[str, float]]]) -> list[str]:
     lines = ["", ("Server side (the server's /metrics, difference over each run; step seconds as the worker times "
                   "`backend.step`; percentiles interpolated in the histogram's buckets; batch items: mean over "
-                  "segments of each segment's mean batch size):"), "",
-             "| run | steps | step mean / p50 / p95 ms | busy s | segments | batch items | CUDA graph hits / misses |",
-             "|---|---|---|---|---|---|---|"]
+                  "segments of each segment's mean batch size; host ms/step: the step loop's host work less its "
+                  "waits for the GPU; GPU in steps / idle gaps: device time of the steps and the device's idle time "
+                  "between back-to-back steps; codec GPU s: device time of codec decodes, its share of the card = "
+                  "codec s / the run's wall time; refused: admission refusals; web CPU s: CPU time of the server's "
+                  "web process over the run, from /proc — near the run's wall time means its one event loop "
+                  "was saturated):"), "",
+             ("| run | steps | step mean / p50 / p95 ms | busy s | segments | batch items | CUDA graph hits / misses "
+              "| host ms/step | GPU in steps s | GPU idle gaps ms/step | codec GPU s | refused | web CPU s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r['steps']:.0f} | {r['step_mean_ms']:.2f} / {r['step_p50_ms']:.2f} / "
                      f"{r['step_p95_ms']:.2f} | {r['step_busy_s']:.2f} | {r['segments']:.0f} | "
-                     f"{r['batch_items_mean']:.1f} | {r['graph_hits']:.0f} / {r['graph_misses']:.0f} |")
+                     f"{r['batch_items_mean']:.1f} | {r['graph_hits']:.0f} / {r['graph_misses']:.0f} "
+                     f"| {1000 * r['host_s'] / max(1, r['steps']):.2f} | {r['gpu_busy_s']:.2f} "
+                     f"| {1000 * r['gpu_gap_s'] / max(1, r['steps']):.3f} | {r['codec_s']:.2f} | {r['refused']:.0f} "
+                     f"| {r.get('web_cpu_s', float('nan')):.2f} |")
     return lines
 
 
@@ -262,6 +291,7 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
     by_kind: dict[str, list[float]] = {}
     audio_s = 0.0
     failures: list[str] = []
+    refusals: list[float] = []  # seconds to a 503 overloaded (admission control: should come at once)
     ends: list[float] = []
     limits = httpx.Limits(max_connections=num, max_keepalive_connections=num)
     async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
@@ -288,6 +318,8 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
                     rate_hz = int(r.headers.get("x-audio-sample-rate", SR))
                     audio_s += (wav_seconds(r.content) if r.content[:4] == b"RIFF"
                                 else len(r.content) / 2 / rate_hz)
+                elif r.status_code == 503 and "overloaded" in r.text and r.headers.get("retry-after"):
+                    refusals.append(time.perf_counter() - t0)
                 else:
                     failures.append(f"{req.kind}: {r.status_code} {r.text[:120]}")
             except httpx.HTTPError as e:
@@ -298,7 +330,8 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
         wall = (max(ends) if ends else time.perf_counter()) - t0
     kinds = {k: sum(r.kind == k for r in reqs) for k, _ in MIX}
     return {"requests": num, "rate_per_s": rate, "shape": shape, "kinds": {k: v for k, v in kinds.items() if v},
-            "served": len(latencies), "failed": len(failures), "completed_per_s": len(latencies) / wall if wall else 0,
+            "served": len(latencies), "refused": len(refusals), "failed": len(failures),
+            "refusal_p95_ms": 1000 * pct(refusals, 95), "completed_per_s": len(latencies) / wall if wall else 0,
             "audio_s": audio_s, "xrt": audio_s / wall if wall else 0.0, "wall_s": wall,
             "mean_s": float(np.mean(latencies)) if latencies else float("nan"),
             "p50_s": pct(latencies, 50), "p95_s": pct(latencies, 95), "p99_s": pct(latencies, 99),
@@ -310,8 +343,10 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
 @dataclass
 class AgentConfig:
     turns: int = 2
-    pace: float = 45.0  # LLM pace, pieces per second; each gap drawn uniformly in [0.5, 1.5] x the mean
+    pace: float = 45.0  # LLM pace, pieces per second
+    jitter: bool = True  # each gap drawn uniformly in [0.5, 1.5] x the mean (else exactly the mean)
     granularity: str = "token"  # pieces: "token" (BPE-sized, ~4 characters) or "word"
+    ramp_s: float = 1.0  # the agents' first turns start spread over this long
     barge_in: float = 0.0  # probability that the user interrupts a turn
     barge_after_s: tuple[float, float] = (0.2, 2.0)  # ...after this much of it was played (uniform)
     gap_s: tuple[float, float] = (0.5, 1.5)  # the user's turn: listening before the next reply (uniform)
@@ -334,6 +369,8 @@ class Turn:
     text_spoken: str | None = None
     reason: str | None = None
     protocol: str | None = None
+    refused: bool = False  # the server refused the turn at once (overloaded)
+    play_end: float | None = None  # perf_counter() time the listener hears the end of the reply (or the cut)
     error: str | None = None
 
 
@@ -354,7 +391,10 @@ def split_reply(text: str, granularity: str) -> list[str]:
     return re.findall(r" ?[A-Za-z0-9']{1,4}| ?[^\sA-Za-z0-9']", text)
 
 
-async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, rng: random.Random, rate: int) -> Turn:
+async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, barge_after: float | None, rate: int,
+                   pace_rng: random.Random) -> Turn:
+    """One reply: its pieces at LLM pace, the audio "played" as it arrives; the user interrupts `barge_after`
+    seconds into playback (None: never)."""
     out = Turn()
     arrivals: list[tuple[float, int]] = []
     t_first_text = t_clause = 0.0
@@ -369,7 +409,7 @@ async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, rng: rando
                 t_first_text = time.perf_counter()
             if not t_clause and piece.rstrip()[-1:] in (".", "!", "?"):
                 t_clause = time.perf_counter()
-            await asyncio.sleep(rng.uniform(0.5, 1.5) / cfg.pace)
+            await asyncio.sleep((pace_rng.uniform(0.5, 1.5) if cfg.jitter else 1.0) / cfg.pace)
         await speaker.end()
 
     async def barge(after_s: float) -> None:
@@ -381,7 +421,6 @@ async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, rng: rando
         out.barged = True
         await speaker.cancel(played_ms, wait=False)
 
-    barge_after = rng.uniform(*cfg.barge_after_s) if rng.random() < cfg.barge_in else None
     feeder = asyncio.create_task(feed())
     barger: asyncio.Task[None] | None = None
     try:
@@ -400,6 +439,7 @@ async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, rng: rando
                 out.first_worker_ms = ev.queue_ms + ev.gen_ms
             elif isinstance(ev, rtc.ServerError):
                 out.error = f"{ev.code}: {ev.message}"[:200]
+                out.refused = ev.code == "overloaded" and not arrivals
             elif isinstance(ev, rtc.Done):
                 out.reason = ev.reason
                 out.text_spoken = ev.text_spoken
@@ -408,6 +448,7 @@ async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, rng: rando
                 break
     except Exception as e:  # noqa: BLE001 — a failed turn is a result, not a crash of the bench
         out.error = f"{type(e).__name__}: {e}"[:200]
+        out.refused = "overloaded" in out.error and not arrivals
     finally:
         feeder.cancel()
         if barger is not None and t_cancel is None:
@@ -425,12 +466,17 @@ async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, rng: rando
         out.underruns, stall = playback(arrivals, rate)
         out.stall_ms = 1000.0 * stall
         out.audio_s = received / rate
+        out.play_end = time.perf_counter() if out.barged else arrivals[0][0] + stall + out.audio_s
     out.protocol = "simple" if isinstance(speaker, rtc.SimpleStream) else "session"
     return out
 
 
 async def agent(ws_base: str, index: int, cfg: AgentConfig) -> list[Turn]:
+    """One agent's conversation. Who barges in and when are drawn as bench/omnivoice_sched_sim.py draws them
+    (random.Random(index): per turn, random() < barge_in, then uniform(barge_after_s)); the reply of turn k is
+    REPLIES[(index + 7k) % 3] with seed index + 7k (simple mode; session mode: the agent's index)."""
     rng = random.Random(index)
+    pace_rng = random.Random(10_000 + index)
     turns: list[Turn] = []
     session = None
     rate = SR
@@ -443,16 +489,17 @@ async def agent(ws_base: str, index: int, cfg: AgentConfig) -> list[Turn]:
                 if cfg.protocol == "session":
                     raise
         for t in range(cfg.turns):
-            pieces = split_reply(REPLIES[(index + t) % len(REPLIES)], cfg.granularity)
-            speaker, conn = await _open_turn(ws_base, cfg, session, index)
-            turn = await run_turn(speaker, pieces, cfg, rng, rate)
+            barge_after = rng.uniform(*cfg.barge_after_s) if rng.random() < cfg.barge_in else None
+            pieces = split_reply(REPLIES[(index + 7 * t) % len(REPLIES)], cfg.granularity)
+            speaker, conn = await _open_turn(ws_base, cfg, session, index + 7 * t)
+            turn = await run_turn(speaker, pieces, cfg, barge_after, rate, pace_rng)
             turns.append(turn)
             if conn is not None:
                 await conn.close()
-            # the listener hears the rest of the reply (unless they interrupted it), then speaks for a while
-            left = 0.0 if turn.barged else max(0.0, turn.audio_s - (turn.first_audio_ms or 0) / 1000.0)
-            # (an interrupted turn's wait for its barge-in time already happened inside run_turn)
-            await asyncio.sleep(min(left, 30.0) + rng.uniform(*cfg.gap_s))
+            if t + 1 < cfg.turns:
+                # the listener hears the rest of the reply (or was cut off by their barge-in), then talks
+                played_to = turn.play_end or time.perf_counter()
+                await asyncio.sleep(max(0.0, played_to - time.perf_counter()) + pace_rng.uniform(*cfg.gap_s))
     except Exception as e:  # noqa: BLE001 — e.g. connection refused: the agent's remaining turns failed
         turns.append(Turn(error=f"{type(e).__name__}: {e}"[:200]))
     finally:
@@ -462,9 +509,10 @@ async def agent(ws_base: str, index: int, cfg: AgentConfig) -> list[Turn]:
 
 
 async def run_agents(ws_base: str, n: int, cfg: AgentConfig, *, timeout_s: float = 600.0) -> dict[str, Any]:
-    """n agents, starts spread over one second as turns are in practice → one table row."""
+    """n agents, first turns spread over cfg.ramp_s as a fleet of calls ramps up → one table row. Underruns
+    count the turns the user heard to the end (an interrupted turn's underruns would count the cut)."""
     async def delayed(i: int) -> list[Turn]:
-        await asyncio.sleep(i / max(1, n))
+        await asyncio.sleep(i * cfg.ramp_s / max(1, n))
         return await agent(ws_base, i, cfg)
 
     t0 = time.perf_counter()
@@ -473,6 +521,7 @@ async def run_agents(ws_base: str, n: int, cfg: AgentConfig, *, timeout_s: float
     except TimeoutError:
         results = [[Turn(error=f"run timed out after {timeout_s:.0f} s")]]
     turns = [t for r in results for t in r]
+    played = [t for t in turns if not t.barged]
     fa = [t.first_audio_ms for t in turns if t.first_audio_ms is not None]
     fc = [t.after_clause_ms for t in turns if t.after_clause_ms is not None]
     fw = [t.first_worker_ms for t in turns if t.first_worker_ms is not None]
@@ -483,8 +532,9 @@ async def run_agents(ws_base: str, n: int, cfg: AgentConfig, *, timeout_s: float
             "p50_first_audio_ms": pct(fa, 50), "p95_first_audio_ms": pct(fa, 95), "p99_first_audio_ms": pct(fa, 99),
             "p50_after_clause_ms": pct(fc, 50), "p95_after_clause_ms": pct(fc, 95),
             "p50_first_worker_ms": pct(fw, 50), "p95_first_worker_ms": pct(fw, 95),
-            "underruns": sum(t.underruns for t in turns), "turns_with_underrun": sum(t.underruns > 0 for t in turns),
-            "stall_ms_total": sum(t.stall_ms for t in turns), "audio_s": sum(t.audio_s for t in turns),
+            "refused": sum(t.refused for t in turns),
+            "underruns": sum(t.underruns for t in played), "turns_with_underrun": sum(t.underruns > 0 for t in played),
+            "stall_ms_total": sum(t.stall_ms for t in played), "audio_s": sum(t.audio_s for t in turns),
             "barge_ins": sum(t.barged for t in turns), "cancels": len(cancels),
             "barge_ins_after_done": sum(t.barged_after_done for t in turns),
             "p50_cancel_ms": pct(cancels, 50), "p95_cancel_ms": pct(cancels, 95),
@@ -542,7 +592,8 @@ def agents_table(rows: list[dict[str, Any]]) -> list[str]:
                "| underruns (turns) | stall ms | barge-ins (server done) | cancel p50 / p95 / max ms "
               "| bytes after cancel | text_spoken |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['agents']} | {r['ok']}/{r['turns']} | {r['protocol']} | {f0(r['p50_first_audio_ms'])} / "
+        refused = f" ({r['refused']} refused)" if r["refused"] else ""
+        lines.append(f"| {r['agents']} | {r['ok']}/{r['turns']}{refused} | {r['protocol']} | {f0(r['p50_first_audio_ms'])} / "
                      f"{f0(r['p95_first_audio_ms'])} / {f0(r['p99_first_audio_ms'])} | "
                      f"{f0(r['p50_after_clause_ms'])} / {f0(r['p95_after_clause_ms'])} | {r['underruns']} "
                      f"({r['turns_with_underrun']}) | {r['stall_ms_total']:.0f} | {r['barge_ins']} ({r['barge_ins_after_done']}) | "

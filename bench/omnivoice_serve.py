@@ -9,8 +9,7 @@
   tells where the time went. Tokens per step are not among the metrics.
 
 Starts `realtime-tts serve --model CKPT` itself (or uses --url), prints tables, writes
-OUT/<name>.md (command, machine, versions, date). The runs themselves are bench/load.py's (run_agents with one
-turn and no barge-in, run_speech with the short shape): this script adds the checkpoint and its table format.
+OUT/<name>.md (command, machine, versions, date).
 
     .venv/bin/python bench/omnivoice_serve.py --build tiny --agents 1,4 --load 40 --rate 10   # CPU smoke
     python bench/omnivoice_serve.py --build full --word-tokenizer --agents 1,25,50,100 --load 1000 --rate 100
@@ -33,7 +32,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import (
+from load import (  # the load generator (bench/load.py) owns the texts, the runs and the scrapes
     REPLIES,
     SHORT_INPUTS,
     AgentConfig,
@@ -61,8 +60,12 @@ def main() -> None:
     p.add_argument("--server-args", default="", help="extra `serve` flags, e.g. '--device cpu'")
     p.add_argument("--agents", default="1,4", help="comma-separated agent counts")
     p.add_argument("--words-per-s", type=float, default=30.0, help="LLM pace (words per second; ~45 tokens/s)")
-    p.add_argument("--load", type=int, default=40, help="requests in the load test (0 = skip)")
-    p.add_argument("--rate", type=float, default=10.0, help="offered requests per second")
+    p.add_argument("--turns", type=int, default=1, help="turns per agent (each a /v1/stream/text reply)")
+    p.add_argument("--gap-s", type=float, default=2.0, help="the user's turn between an agent's replies")
+    p.add_argument("--barge-in", type=float, default=0.0, help="fraction of turns the user interrupts")
+    p.add_argument("--ramp-s", type=float, default=1.0, help="agents' first turns start spread over this long")
+    p.add_argument("--load", default="40", help="requests in the load test, comma-separated runs (0 = skip)")
+    p.add_argument("--rate", default="10", help="offered requests per second, one per --load run")
     p.add_argument("--num-step", type=int, default=32)
     p.add_argument("--protocol", choices=("simple", "session", "auto"), default="simple",
                    help="agents' WS mode (simple: comparable with the earlier runs in bench/results)")
@@ -71,6 +74,7 @@ def main() -> None:
     args = p.parse_args()
 
     proc = None
+    web_pid = None
     ckpt = args.ckpt
     if args.url is None:
         if args.build:
@@ -92,27 +96,33 @@ def main() -> None:
             raise SystemExit("--ckpt DIR or --build tiny|full (or --url) is required")
         t0 = time.perf_counter()
         proc, url = start_server(["--model", ckpt, *args.server_args.split()])
+        web_pid = proc.pid
         print(f"server healthy in {time.perf_counter() - t0:.1f} s", flush=True)
     else:
         url = args.url.rstrip("/")
     ws_url = url.replace("http", "ws", 1)
     params: dict[str, Any] = {"num_step": args.num_step}
-    # one turn per agent, no barge-in: the single-reply shape of the earlier serving tables
-    cfg = AgentConfig(turns=1, pace=args.words_per_s, granularity="word", barge_in=0.0, gap_s=(0.0, 0.0),
-                      protocol=args.protocol, params=params)
     agent_rows: list[dict[str, Any]] = []
     agent_server: list[tuple[str, dict[str, float]]] = []
-    load_row: dict[str, Any] | None = None
-    load_server: dict[str, float] | None = None
+    # bench/load.py's agents in this bench's shape: word by word at a fixed pace, simple mode (the shape of the
+    # earlier tables and of bench/omnivoice_sched_sim.py), a fixed user turn, barge-ins 0.5-3 s into playback
+    conv = AgentConfig(turns=args.turns, pace=args.words_per_s, jitter=False, granularity="word",
+                       barge_in=args.barge_in, barge_after_s=(0.5, 3.0), gap_s=(args.gap_s, args.gap_s),
+                       protocol=args.protocol, params=params, ramp_s=args.ramp_s)
+    warm = AgentConfig(turns=1, pace=args.words_per_s, jitter=False, granularity="word", protocol=args.protocol,
+                       params=params, gap_s=(0.0, 0.0))
+    loads = [(int(k), float(r)) for k, r in zip(args.load.split(","), args.rate.split(","), strict=True) if int(k)]
+    load_rows: list[tuple[dict[str, Any], dict[str, float]]] = []
     try:
-        asyncio.run(run_agents(ws_url, 1, cfg))  # warm-up: first-use costs
+        asyncio.run(run_agents(ws_url, 1, warm))  # warm-up: first-use costs
         for n in [int(x) for x in args.agents.split(",") if x]:
-            row, server = measured(url, run_agents(ws_url, n, cfg))
+            row, server = measured(url, run_agents(ws_url, n, conv), web_pid)
             agent_rows.append(row)
             agent_server.append((f"{n} agents", server))
             print("agents", json.dumps(row), "server", json.dumps(server), flush=True)
-        if args.load:
-            load_row, load_server = measured(url, run_speech(url, args.load, args.rate, params, shape="short"))
+        for num, rate in loads:
+            load_row, load_server = measured(url, run_speech(url, num, rate, params, shape="short"), web_pid)
+            load_rows.append((load_row, load_server))
             print("load", json.dumps(load_row), "server", json.dumps(load_server), flush=True)
         health = httpx.get(url + "/health", timeout=10).json()
     finally:
@@ -129,29 +139,39 @@ def main() -> None:
         f"- checkpoint: {ckpt or args.url} (random weights); num_step {args.num_step}; LLM pace {args.words_per_s} words/s",
         f"- workers at the end: {json.dumps(health.get('engines', {}).get('omnivoice', {}).get('workers'))}",
         "", "## Agents streaming 3-sentence replies into WS /v1/stream/text, playing in real time", "",
+        (f"{conv.turns} turn(s) per agent, {args.gap_s:g} s of user turn between replies (after the reply has "
+         f"played), {100 * conv.barge_in:.0f}% of turns interrupted by the user (the agent sends cancel with "
+         f"played_ms 0.5-3 s into playback; a reply the server had already sent in full is stopped locally), "
+         f"first turns ramped over {conv.ramp_s:g} s. Underruns count uninterrupted turns only; refused: turns "
+         "the server refused at once (overloaded, close 1013)."), "",
         "First audio is timed from the first word sent (includes the LLM's time to write the first sentence) and",
         "from the word that completes the first sentence (the server's share). \"in worker\": the first segment's",
         "queue + generation time inside the engine worker (segment.end's queue_ms + gen_ms).", "",
-        ("| agents | ok | first audio p50 / p95 ms | after 1st sentence p50 / p95 ms | 1st segment in worker p50 / "
-         "p95 ms | underruns | agents with underrun | stall ms total |"),
-        "|---|---|---|---|---|---|---|---|",
+        ("| agents | turns | ok | refused | interrupted | first audio p50 / p95 ms | after 1st sentence p50 / p95 ms "
+         "| 1st segment in worker p50 / p95 ms | underruns | turns with underrun | stall ms total |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in agent_rows:
-        lines.append(f"| {r['agents']} | {r['ok']} | {r['p50_first_audio_ms']:.0f} / {r['p95_first_audio_ms']:.0f} "
+        lines.append(f"| {r['agents']} | {r['turns']} | {r['ok']} | {r['refused']} | {r['barge_ins']} "
+                     f"| {r['p50_first_audio_ms']:.0f} / {r['p95_first_audio_ms']:.0f} "
                      f"| {r['p50_after_clause_ms']:.0f} / {r['p95_after_clause_ms']:.0f} "
                      f"| {r.get('p50_first_worker_ms', float('nan')):.0f} / {r.get('p95_first_worker_ms', float('nan')):.0f} "
                      f"| {r['underruns']} | {r['turns_with_underrun']} | {r['stall_ms_total']:.0f} |")
     if agent_server:
         lines += server_table(agent_server)
-    if load_row:
-        lines += ["", (f"## Load: {load_row['requests']} short /v1/audio/speech requests offered at "
-                      f"{load_row['rate_per_s']} req/s"), "",
-                  "| served | failed | p50 s | p95 s | p99 s | wall s |", "|---|---|---|---|---|---|",
-                  (f"| {load_row['served']} | {load_row['failed']} | {load_row['p50_s']:.3f} | {load_row['p95_s']:.3f} "
-                  f"| {load_row['p99_s']:.3f} | {load_row['wall_s']:.1f} |")]
-        if load_server is not None:
-            lines += server_table([(f"load {load_row['requests']} @ {load_row['rate_per_s']:g}/s", load_server)])
-    errors = [e for r in agent_rows for e in r["errors"]] + (load_row["errors"] if load_row else [])
+    if load_rows:
+        lines += ["", "## Load: short /v1/audio/speech requests offered at a fixed rate", "",
+                  ("Served: 200 with audio (p50/p95/p99 of their latency); refused: 503 overloaded with Retry-After "
+                  "(admission control), p95 of the time to that answer; goodput: seconds of audio served per "
+                  "second of wall time."), "",
+                  ("| requests | req/s | served | refused | failed | p50 s | p95 s | p99 s | refusal p95 ms | wall s "
+                  "| goodput xRT |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r, _ in load_rows:
+            lines.append(f"| {r['requests']} | {r['rate_per_s']:g} | {r['served']} | {r['refused']} | {r['failed']} "
+                         f"| {r['p50_s']:.3f} | {r['p95_s']:.3f} | {r['p99_s']:.3f} | {r['refusal_p95_ms']:.0f} "
+                         f"| {r['wall_s']:.1f} | {r['xrt']:.1f} |")
+        lines += server_table([(f"load {r['requests']} @ {r['rate_per_s']:g}/s", srv) for r, srv in load_rows])
+    errors = [e for r in agent_rows for e in r["errors"]] + [e for r, _ in load_rows for e in r["errors"]]
     if errors:
         lines += ["", "Errors (first few): " + "; ".join(errors[:5])]
     report = "\n".join(lines) + "\n"

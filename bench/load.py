@@ -756,6 +756,7 @@ def main() -> None:  # one linear script: its sections in the report's order
     cfg = AgentConfig(turns=args.turns, pace=args.pace, granularity=args.granularity, barge_in=args.barge_in,
                       barge_after_s=(float(lo), float(hi or lo)), protocol=args.protocol, params=params)
     deadline = time.monotonic() + args.time_budget_s
+    load_before = os.getloadavg()[0]
     speech_rows: list[dict[str, Any]] = []
     agent_rows: list[dict[str, Any]] = []
     sweep_agent_rows: list[dict[str, Any]] = []
@@ -814,7 +815,8 @@ def main() -> None:  # one linear script: its sections in the report's order
         "# Load test (bench/load.py)", "",
         f"- command: `{' '.join([os.path.basename(sys.executable), *sys.argv])}`",
         f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}; commit {commit()}",
-        f"- machine: {machine}, Python {platform.python_version()}",
+        (f"- machine: {machine}, Python {platform.python_version()}; load average before / after the runs: "
+         f"{load_before:.1f} / {os.getloadavg()[0]:.1f} (other work on a shared machine shows up here)"),
         f"- versions: {versions()}",
         (f"- server: {url if args.url else 'started by the script on ' + url} — engines: {engine_desc}; default "
          f"model {model}; clone {'in the mix' if ref else 'not in the mix (the engine cannot clone)'}"),

@@ -278,7 +278,7 @@ def speech_requests(n: int, shape: str, *, can_clone: bool, seed: int = 0) -> li
 
 def wav_seconds(body: bytes) -> float:
     with wave.open(io.BytesIO(body)) as w:
-        return w.getnframes() / w.getframerate()
+        return float(w.getnframes() / w.getframerate())
 
 
 async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *, shape: str = "short",
@@ -858,8 +858,8 @@ def main() -> None:  # one linear script: its sections in the report's order
     if plot(png, agent_rows + sweep_agent_rows, speech_rows + sweep_rate_rows, title,
             args.agent_target_ms if sweep_agent_rows else None, args.rate_target_s if sweep_rate_rows else None):
         lines += ["", f"![latency and underruns vs load]({png.name})"]
-    first_speech = (speech_rows or sweep_rate_rows or [None])[0]
-    last_agents = (agent_rows or sweep_agent_rows or [None])[-1]
+    first_speech = next(iter(speech_rows or sweep_rate_rows), None)
+    last_agents = (agent_rows or sweep_agent_rows)[-1] if agent_rows or sweep_agent_rows else None
     hist_row = "| " + " | ".join([
         dt.date.today().isoformat(), commit(), f"{os.cpu_count()} cores, {device_name()}",
         ", ".join(engines),

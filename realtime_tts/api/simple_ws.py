@@ -54,7 +54,10 @@ class SimpleSession:
             parse = protocol.parse_ws_text_init if self.incremental else protocol.parse_ws_stream
             req = parse(first, max_chars=self.max_chars)
             self.warnings.add(req.warnings)
-            synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True)
+            prompt = await self.app.references.for_request(self.app, req)  # an inline clone reference
+            synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True,
+                                          prompt=prompt)
+            self.warnings.add(synth.warnings)
             self.out = AudioOutput(OutputFormat(container="raw", encoding=req.encoding,
                                                 sample_rate=req.params.sample_rate or synth.sample_rate),
                                    source_rate=synth.sample_rate)

@@ -1,89 +1,30 @@
-"""Audio on the way out: float32 → int16 PCM, pacing (silence trimming at segment joins), framing, and
-container encoding (stdlib `wave` for streamed WAV, soundfile for flac/mp3/ogg/opus).
+"""Engine audio inside the service: float32 → int16 PCM, pacing (silence trimming at segment joins),
+framing, and decoding of uploaded reference recordings (soundfile). Wire formats (resampling, encodings,
+containers) are audio_out.py's.
 
-Leaf module: numpy and soundfile only; imports nothing from the package but config types.
+Leaf module: numpy and soundfile only; imports nothing from the package.
 """
 
 from __future__ import annotations
 
 import io
-import wave
 
 import numpy as np
 
-# Formats /v1/audio/speech can return, and whether they can be streamed chunk by chunk.
-STREAMABLE_FORMATS = ("wav", "pcm")
-ENCODED_FORMATS = ("flac", "mp3", "opus", "ogg")
-RESPONSE_FORMATS = STREAMABLE_FORMATS + ENCODED_FORMATS
-MEDIA_TYPES = {
-    "wav": "audio/wav",
-    "pcm": "audio/pcm",
-    "flac": "audio/flac",
-    "mp3": "audio/mpeg",
-    "opus": "audio/ogg; codecs=opus",
-    "ogg": "audio/ogg",
-}
-# soundfile (format, subtype) per encoded format.
-_SOUNDFILE_KINDS = {
-    "flac": ("FLAC", "PCM_16"),
-    "mp3": ("MP3", "MPEG_LAYER_III"),
-    "opus": ("OGG", "OPUS"),
-    "ogg": ("OGG", "VORBIS"),
-}
-# Opus (libopus) only runs at these rates.
-_OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    """float32 in [-1, 1] → int16 little-endian samples (clipped, so overshoot cannot wrap around)."""
+    pcm: np.ndarray = (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2")
+    return pcm
 
 
 def to_pcm16(samples: np.ndarray) -> bytes:
-    """float32 in [-1, 1] → int16 little-endian bytes (clipped, so overshoot cannot wrap around)."""
-    pcm: bytes = (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
-    return pcm
+    """float32 in [-1, 1] → int16 little-endian bytes."""
+    return to_int16(samples).tobytes()
 
 
 def from_pcm16(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
-
-
-def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:
-    """A mono int16 WAV header. num_samples None → the largest size a RIFF header can state, the usual
-    convention for a WAV streamed before its length is known (players read until the stream ends)."""
-    if num_samples is None:
-        num_samples = (0xFFFFFFFF - 36) // 2
-    buf = io.BytesIO()
-    w = wave.open(buf, "wb")  # noqa: SIM115 — closing would patch the sizes to the (zero) frames written
-    w.setnchannels(1)
-    w.setsampwidth(2)
-    w.setframerate(sample_rate)
-    w.setnframes(num_samples)
-    w.writeframesraw(b"")  # writes the header only; we never close, so it is not patched afterwards
-    return buf.getvalue()
-
-
-def encode_wav(pcm: bytes, sample_rate: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(sample_rate)
-        w.writeframes(pcm)
-    return buf.getvalue()
-
-
-def encode(pcm: bytes, sample_rate: int, fmt: str) -> bytes:
-    """Whole-response encoding for every format in RESPONSE_FORMATS."""
-    if fmt == "pcm":
-        return pcm
-    if fmt == "wav":
-        return encode_wav(pcm, sample_rate)
-    import soundfile as sf  # only the encoded formats need libsndfile
-
-    container, subtype = _SOUNDFILE_KINDS[fmt]
-    if fmt == "opus" and sample_rate not in _OPUS_RATES:
-        raise ValueError(f"opus needs a sample rate in {_OPUS_RATES}, got {sample_rate}")
-    samples = np.frombuffer(pcm, dtype="<i2")  # [num_samples]
-    buf = io.BytesIO()
-    sf.write(buf, samples, sample_rate, format=container, subtype=subtype)
-    return buf.getvalue()
 
 
 def decode(data: bytes) -> tuple[np.ndarray, int]:

@@ -15,12 +15,13 @@ from typing import Any, Literal
 from realtime_tts.errors import BadRequest, PayloadTooLarge, UnsupportedFrame
 
 # OpenAI's voice names: accepted everywhere, mapped by each engine to one of its presets (docs/protocol.md).
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
+OPENAI_VOICES = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage",
+                 "shimmer", "verse")
 # Voice names that mean "the engine's default voice".
 DEFAULT_VOICES = ("auto", "base", "default")
 CHUNK_MODES = ("concurrent", "sequential", "none")
 STREAM_FORMATS = ("audio", "sse")
-WS_ENCODINGS = ("pcm_s16le",)
+WS_ENCODINGS = ("pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw")  # = audio_out.ENCODINGS
 
 VoiceMode = Literal["auto", "design", "clone"]
 
@@ -69,6 +70,7 @@ class SpeechRequest:
     response_format: str = "pcm"
     stream_format: str = "audio"
     stream: bool | None = None  # HTTP: None = chunked audio, True = SSE, False = one buffered body
+    encoding: str = "pcm_s16le"  # WS simple mode: sample encoding of the binary frames
     ref_text: str | None = None
     warnings: tuple[str, ...] = ()
 
@@ -293,8 +295,9 @@ def parse_ws_text_init(obj: Mapping[str, Any], *, max_chars: int) -> SpeechReque
 def _ws_first(obj: Mapping[str, Any], *, max_chars: int, text_required: bool) -> SpeechRequest:
     r = _Reader(obj, WS_STREAM_FIELDS, coerce=False)
     text = _text(r, "text", max_chars, required=text_required)
-    r.choice("encoding", WS_ENCODINGS, "pcm_s16le")
-    return SpeechRequest(text=text, params=_params(r), response_format="pcm", warnings=r.warnings)
+    encoding = r.choice("encoding", WS_ENCODINGS, "pcm_s16le")
+    return SpeechRequest(text=text, params=_params(r), response_format="pcm", encoding=encoding,
+                         warnings=r.warnings)
 
 
 def parse_text_message(obj: Mapping[str, Any], *, max_chars: int) -> TextMessage:
@@ -307,7 +310,15 @@ def parse_text_message(obj: Mapping[str, Any], *, max_chars: int) -> TextMessage
 def parse_speech(obj: Mapping[str, Any], *, max_chars: int, formats: tuple[str, ...],
                  allowed: frozenset[str] = SPEECH_FIELDS, coerce: bool = False,
                  default_format: str = "wav") -> SpeechRequest:
-    """POST /v1/audio/speech (OpenAI fields; "input", or "text" as an alias) and the multipart endpoints."""
+    """POST /v1/audio/speech (OpenAI fields; "input", or "text" as an alias) and the multipart endpoints.
+    Without response_format: default_format, except with "stream": true (omnivoice-triton-server's SSE, whose
+    deltas are raw PCM16): pcm."""
+    voice = obj.get("voice")
+    if isinstance(voice, Mapping):  # the OpenAI SDK's custom voice reference {"id": "voice_1234"}
+        voice_ref = voice.get("id")
+        if not isinstance(voice_ref, str) or not voice_ref.strip():
+            raise BadRequest('voice as an object needs "id" (a non-empty string)', field="voice")
+        obj = {**obj, "voice": voice_ref}
     r = _Reader(obj, allowed, coerce=coerce)
     text_field = "input" if r.present("input") or not r.present("text") else "text"
     text = _text(r, text_field, max_chars, required=True)
@@ -316,7 +327,7 @@ def parse_speech(obj: Mapping[str, Any], *, max_chars: int, formats: tuple[str, 
     return SpeechRequest(
         text=text,
         params=_params(r, instruct_field="instructions"),
-        response_format=r.choice("response_format", formats, default_format),
+        response_format=r.choice("response_format", formats, "pcm" if stream else default_format),
         stream_format=stream_format,
         stream=stream,
         ref_text=r.string("ref_text"),

@@ -26,7 +26,7 @@ WS_CASES = [
     ({"text": "Hi.", "top_p": 0}, 1008, "top_p"),
     ({"text": "Hi.", "duration": -2}, 1008, "duration"),
     ({"text": "Hi.", "chunk_mode": "parallel"}, 1008, "chunk_mode"),
-    ({"text": "Hi.", "sample_rate": 16000}, 1008, "sample_rate"),
+    ({"text": "Hi.", "sample_rate": 96000}, 1008, "sample_rate"),
     ({"text": "Hi.", "sample_rate": 1}, 1008, "sample_rate"),
     ({"text": "Hi.", "voice": "no-such-voice"}, 1008, "voice"),
     ({"text": "Hi.", "voice": 7}, 1008, "voice"),

@@ -24,8 +24,9 @@ from starlette.websockets import WebSocket
 
 from realtime_tts import audio, protocol, text
 from realtime_tts.api.errors import error_response
-from realtime_tts.api.http import _form, _json_body, respond
+from realtime_tts.api.http import _form, _json_body, respond, style_instructions
 from realtime_tts.api.simple_ws import SimpleSession
+from realtime_tts.audio_out import RESPONSE_FORMATS
 from realtime_tts.config import Config
 from realtime_tts.engine.pool import EnginePool
 from realtime_tts.errors import BadRequest, TTSError
@@ -46,7 +47,10 @@ class AppState:
 
     async def speech(self, request: Request) -> Response:
         obj = await _json_body(request, self.config.server.max_ws_message_bytes * 4)
-        req = protocol.parse_speech(obj, max_chars=self.config.text.max_text_chars, formats=audio.RESPONSE_FORMATS)
+        # OpenAI's default format is mp3 (omnivoice-triton-server's "stream": true alone still gets pcm deltas)
+        req = protocol.parse_speech(obj, max_chars=self.config.text.max_text_chars, formats=RESPONSE_FORMATS,
+                                    default_format="mp3")
+        req = style_instructions(self.pool, req)
         synth = self.service.open(req, endpoint="speech", streaming=req.stream is not False)
         return await respond(self, req, endpoint="speech", synth=synth)
 
@@ -60,7 +64,7 @@ class AppState:
         fields, files = await _form(request)
         if str(fields.get("voice", "")).lower() == "clone":
             fields.pop("voice")  # the endpoint already says "clone"; the reference comes with the request
-        req = protocol.parse_speech(fields, max_chars=self.config.text.max_text_chars, formats=audio.RESPONSE_FORMATS,
+        req = protocol.parse_speech(fields, max_chars=self.config.text.max_text_chars, formats=RESPONSE_FORMATS,
                                     allowed=protocol.CLONE_FIELDS | set(files), coerce=True)
         params = dataclasses.replace(req.params, voice_mode="clone", voice="clone")
         engine = self.pool.route(params.model, "clone")  # the CPU voice refuses here: 400 naming omnivoice
@@ -74,7 +78,7 @@ class AppState:
     async def design(self, request: Request) -> Response:
         fields, _ = await _form(request)
         fields.pop("voice", None) if str(fields.get("voice", "")).lower() == "design" else None
-        req = protocol.parse_speech(fields, max_chars=self.config.text.max_text_chars, formats=audio.RESPONSE_FORMATS,
+        req = protocol.parse_speech(fields, max_chars=self.config.text.max_text_chars, formats=RESPONSE_FORMATS,
                                     allowed=protocol.DESIGN_FIELDS, coerce=True)
         if req.params.instruct is None:
             raise BadRequest("instruct is required (a description of the voice)", field="instruct")

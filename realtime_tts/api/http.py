@@ -1,10 +1,13 @@
-"""HTTP speech responses: buffered body, chunked audio stream or SSE, and request-body/form parsing."""
+"""HTTP speech responses: chunked audio stream, SSE or buffered body, each encoded frame by frame through
+audio_out; and request-body/form parsing."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
+import dataclasses
+import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -14,23 +17,25 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from realtime_tts import audio, protocol
-from realtime_tts.errors import BadRequest, PayloadTooLarge
+from realtime_tts import protocol
+from realtime_tts.audio_out import AudioOutput, OutputFormat
+from realtime_tts.errors import BadRequest, PayloadTooLarge, UnsupportedVoiceMode
 from realtime_tts.protocol import SpeechRequest
 from realtime_tts.service import AudioFrame, Synthesis
 
 if TYPE_CHECKING:
     from realtime_tts.api.app import AppState
+    from realtime_tts.engine.pool import EnginePool
 
 MAX_UPLOAD_BYTES = 20 << 20  # reference recordings for cloning
 
 
-def _headers(synth: Synthesis, req: SpeechRequest, *, partial: bool) -> dict[str, str]:
+def _headers(synth: Synthesis, req: SpeechRequest, out: AudioOutput, *, partial: bool) -> dict[str, str]:
     stats = synth.stats()
     if partial:
         stats["partial"] = True  # streamed: headers leave before the end, so totals are not known yet
     headers = {
-        "X-Audio-Sample-Rate": str(synth.sample_rate),
+        "X-Audio-Sample-Rate": str(out.sample_rate),
         "X-Stats": json.dumps(stats, separators=(",", ":")),
         "X-Request-Id": synth.id,
     }
@@ -39,42 +44,48 @@ def _headers(synth: Synthesis, req: SpeechRequest, *, partial: bool) -> dict[str
     return headers
 
 
-async def _collect(synth: Synthesis) -> bytes:
-    pcm = bytearray()
-    async for ev in synth.events():
-        if isinstance(ev, AudioFrame):
-            pcm += ev.pcm
-    return bytes(pcm)
+def output_for(req: SpeechRequest, synth: Synthesis, *, whole: bool = False) -> AudioOutput:
+    """The wire encoder for an HTTP request's response_format and sample_rate (400 for what cannot be made)."""
+    fmt = OutputFormat.from_response_format(req.response_format, req.params.sample_rate or synth.sample_rate)
+    return AudioOutput(fmt, source_rate=synth.sample_rate, whole=whole)
+
+
+async def _encode(out: AudioOutput, pcm: bytes | None) -> bytes:
+    """One frame (None: the tail) through the encoder; codec work leaves the event loop."""
+    step = out.finish if pcm is None else functools.partial(out.push, pcm)
+    return await asyncio.to_thread(step) if out.encodes else step()
 
 
 async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Synthesis) -> Response:
-    """Answer one HTTP speech request: buffered body, chunked audio stream, or SSE."""
-    synth.speak(req.text)
-    fmt = req.response_format
+    """Answer one HTTP speech request: every format is encoded frame by frame as audio arrives, and sent
+    that way (chunked audio or SSE deltas) unless the request asked for one buffered body ("stream": false)."""
     sse = req.stream_format == "sse"
-    streamed = sse or (req.stream is None and fmt in audio.STREAMABLE_FORMATS)
+    streamed = sse or req.stream is not False
+    out = output_for(req, synth, whole=not streamed)
+    synth.speak(req.text)
     if not streamed:
-        async with synth:
-            pcm = await _collect(synth)
         try:
-            # encoders (mp3/opus/...) take real CPU time on long audio: never on the event loop
-            body = await asyncio.to_thread(audio.encode, pcm, synth.sample_rate, fmt)
-        except ValueError as e:
-            raise BadRequest(str(e), field="response_format") from None
-        return Response(body, media_type=audio.MEDIA_TYPES[fmt], headers=_headers(synth, req, partial=False))
-
-    async def byte_stream() -> AsyncGenerator[bytes, None]:
-        async with synth:
-            if fmt in audio.STREAMABLE_FORMATS:
-                header = audio.wav_header(synth.sample_rate) if fmt == "wav" else b""
+            async with synth:
                 async for ev in synth.events():
                     if isinstance(ev, AudioFrame):
-                        yield header + ev.pcm
-                        header = b""
-                if header:  # no audio at all: still a valid (empty) stream
-                    yield header
-            else:  # encoded formats are made once the whole audio exists
-                yield await asyncio.to_thread(audio.encode, await _collect(synth), synth.sample_rate, fmt)
+                        await _encode(out, ev.pcm)
+            body = await _encode(out, None)
+        finally:
+            out.close()
+        return Response(body, media_type=out.content_type, headers=_headers(synth, req, out, partial=False))
+
+    async def byte_stream() -> AsyncGenerator[bytes, None]:
+        try:
+            async with synth:
+                async for ev in synth.events():
+                    if isinstance(ev, AudioFrame):
+                        chunk = await _encode(out, ev.pcm)
+                        if chunk:
+                            yield chunk
+            if not synth.cancelled:
+                yield await _encode(out, None)
+        finally:
+            out.close()  # cancelled, failed or the client left: free the encoder without its tail
 
     chunks = byte_stream()
     # Pull the first audio before answering, so refusals and engine errors still get a proper 4xx/5xx.
@@ -82,7 +93,7 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
         first = await chunks.__anext__()
     except StopAsyncIteration:
         first = b""
-    headers = _headers(synth, req, partial=True)
+    headers = _headers(synth, req, out, partial=True)
 
     async def rest() -> AsyncGenerator[bytes, None]:
         # aclosing: a client that goes away closes this generator, which must close (and abort) the synthesis
@@ -91,10 +102,11 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
             if first:
                 yield first
             async for chunk in chunks:
-                yield chunk
+                if chunk:
+                    yield chunk
 
     if not sse:
-        return StreamingResponse(rest(), media_type=audio.MEDIA_TYPES[fmt], headers=headers)
+        return StreamingResponse(rest(), media_type=out.content_type, headers=headers)
 
     async def events() -> AsyncIterator[str]:
         async with contextlib.aclosing(rest()) as audio_chunks:
@@ -102,10 +114,26 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
                 yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()})
         usage = {"input_tokens": synth.num_chars, "output_tokens": synth.samples_out,
                  "total_tokens": synth.num_chars + synth.samples_out}
-        yield _sse({"type": "speech.audio.done", "usage": usage, "sample_rate": synth.sample_rate,
+        yield _sse({"type": "speech.audio.done", "usage": usage, "sample_rate": out.sample_rate,
                     "stats": synth.stats()})
 
     return StreamingResponse(events(), media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"})
+
+
+def style_instructions(pool: EnginePool, req: SpeechRequest) -> SpeechRequest:
+    """OpenAI's "instructions" ask for a speaking style; on OmniVoice they design the voice. On a server with
+    no engine that designs voices (the CPU voice alone), the request is spoken in its voice with a warning
+    instead of being refused. An explicit voice "design" is still refused there."""
+    params = req.params
+    if params.voice_mode != "design" or params.voice.lower() == "design":
+        return req
+    try:
+        pool.route(params.model, "design")
+    except UnsupportedVoiceMode as e:
+        warning = f"instructions ignored: {e.message}"
+        return dataclasses.replace(req, params=dataclasses.replace(params, voice_mode="auto", instruct=None),
+                                   warnings=(*req.warnings, warning))
+    return req
 
 
 def _sse(obj: dict[str, Any]) -> str:

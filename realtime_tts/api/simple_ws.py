@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from realtime_tts import protocol
 from realtime_tts.api.errors import _reason, close_code, ws_error_frame
+from realtime_tts.audio_out import AudioOutput, OutputFormat
 from realtime_tts.errors import BadRequest, IdleTimeout, TTSError
 from realtime_tts.protocol import Warnings
 from realtime_tts.service import AudioFrame, SegmentEnded, SegmentStarted, Synthesis
@@ -39,6 +40,7 @@ class SimpleSession:
         self.disconnected = False
         self.max_bytes = app.config.server.max_ws_message_bytes
         self.max_chars = app.config.text.max_text_chars
+        self.out: AudioOutput  # the wire encoding, built once the request frame is parsed
 
     async def run(self) -> None:
         code = 1000
@@ -53,6 +55,9 @@ class SimpleSession:
             req = parse(first, max_chars=self.max_chars)
             self.warnings.add(req.warnings)
             synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True)
+            self.out = AudioOutput(OutputFormat(container="raw", encoding=req.encoding,
+                                                sample_rate=req.params.sample_rate or synth.sample_rate),
+                                   source_rate=synth.sample_rate)
             async with synth:
                 if self.incremental:
                     if req.text:
@@ -92,7 +97,7 @@ class SimpleSession:
             self.app.metrics.ws_closes_total.labels(code=str(code)).inc()
 
     def _terminal(self, synth: Synthesis) -> dict[str, Any]:
-        frame: dict[str, Any] = {"done": True, "sample_rate": synth.sample_rate}
+        frame: dict[str, Any] = {"done": True, "sample_rate": self.out.sample_rate}
         if self.incremental:
             frame["sentences"] = synth.num_segments
         frame["reason"] = "cancelled" if synth.cancelled else "end"
@@ -158,13 +163,27 @@ class SimpleSession:
 
     async def _write(self, synth: Synthesis) -> None:
         events = synth.params.events
+        out = self.out
         async for ev in synth.events():
             if isinstance(ev, AudioFrame):
-                await self.ws.send_bytes(ev.pcm)
+                data = out.push(ev.pcm)  # raw encodings only: microseconds per frame, fine on the loop
+                if data:
+                    await self.ws.send_bytes(data)
             elif events and isinstance(ev, SegmentStarted):
-                await self._send_json({"type": "segment.start", **dataclasses.asdict(ev)})
+                await self._send_json({"type": "segment.start", **self._at_wire_rate(ev, synth)})
             elif events and isinstance(ev, SegmentEnded):
-                await self._send_json({"type": "segment.end", **dataclasses.asdict(ev)})
+                await self._send_json({"type": "segment.end", **self._at_wire_rate(ev, synth)})
+        tail = out.finish() if not synth.cancelled else b""  # the resampler's last few ms
+        if tail:
+            await self.ws.send_bytes(tail)
+
+    def _at_wire_rate(self, ev: SegmentStarted | SegmentEnded, synth: Synthesis) -> dict[str, Any]:
+        """A segment event with its sample offsets counted at the rate the client receives."""
+        obj = dataclasses.asdict(ev)
+        for key in ("audio_start_sample", "audio_end_sample"):
+            if key in obj:
+                obj[key] = round(obj[key] * self.out.sample_rate / synth.sample_rate)
+        return obj
 
     async def _send_json(self, obj: dict[str, Any]) -> None:
         await self.ws.send_text(json.dumps(obj, separators=(",", ":")))

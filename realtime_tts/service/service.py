@@ -10,7 +10,7 @@ import numpy as np
 from realtime_tts.config import Config
 from realtime_tts.engine.base import Engine, VoicePrompt
 from realtime_tts.engine.pool import EnginePool
-from realtime_tts.errors import BadRequest, NotFound
+from realtime_tts.errors import NotFound
 from realtime_tts.metrics import Metrics
 from realtime_tts.protocol import Params, SpeechRequest
 from realtime_tts.service.synthesis import Synthesis
@@ -46,10 +46,7 @@ class Service:
         socket's / session's key (Synthesis.conversation), so a voice can stay the same across its responses."""
         params = request.params
         engine = engine or self.engine_for(params)
-        rate = engine.capabilities.sample_rate
-        if params.sample_rate is not None and params.sample_rate != rate:
-            raise BadRequest(f"sample_rate {params.sample_rate} is not available from the "
-                             f"{engine.capabilities.engine!r} engine; it produces {rate} Hz", field="sample_rate")
+        # params.sample_rate is the wire rate: the api layer resamples (audio_out), the engine rate stays.
         if params.voice_mode == "clone" and prompt is None:
             raise NotFound(f"voice_id {params.voice_id!r} not found (no saved voices yet: upload the reference "
                            "audio to POST /v1/audio/clone)", field="voice_id")

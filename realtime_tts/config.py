@@ -93,12 +93,26 @@ class TextConfig:
 
 
 @dataclass(frozen=True)
+class SessionConfig:
+    max_contexts: int = _doc("Live contexts per session-mode WebSocket (PROTOCOL.md §2); one more is refused with "
+                             "error too_many_contexts, the socket stays open.", default=8)
+    context_idle_s: float = _doc("A session context that is not ended and receives nothing this long is ended: "
+                                 "its text is spoken, then context.done with reason idle; 0 = never.", default=20.0)
+    session_send_timeout_s: float = _doc("A session-mode client that reads nothing this long while audio waits "
+                                         "for it is closed (1008, slow_reader) and its engine work aborted; "
+                                         "0 = never.", default=15.0)
+    session_buffer_ms: int = _doc("Audio a session-mode socket holds ready to send (all its contexts together) "
+                                  "before its contexts' engine work waits for the client to read.", default=2000)
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     cpu: CpuVoiceConfig = field(default_factory=CpuVoiceConfig)
     omnivoice: OmniVoiceConfig = field(default_factory=OmniVoiceConfig)
     pacing: PacingConfig = field(default_factory=PacingConfig)
     text: TextConfig = field(default_factory=TextConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
 
 
 class ConfigError(ValueError):
@@ -187,6 +201,11 @@ def validate(cfg: Config) -> None:
         value = getattr(cfg.pacing, name)
         check(0 <= value <= 5000, f"{name} must be 0..5000 ms, got {value}")
     check(cfg.pacing.first_frame_ms > 0 and cfg.pacing.frame_ms > 0, "frame sizes must be > 0 ms")
+    ses = cfg.session
+    check(1 <= ses.max_contexts <= 1024, f"max_contexts must be 1..1024, got {ses.max_contexts}")
+    check(ses.context_idle_s >= 0, f"context_idle_s must be >= 0, got {ses.context_idle_s}")
+    check(ses.session_send_timeout_s >= 0, f"session_send_timeout_s must be >= 0, got {ses.session_send_timeout_s}")
+    check(ses.session_buffer_ms >= 20, f"session_buffer_ms must be >= 20, got {ses.session_buffer_ms}")
     t = cfg.text
     check(1 <= t.min_chars <= t.first_segment_min_chars <= t.max_chars,
           f"need 1 <= min_chars ({t.min_chars}) <= first_segment_min_chars ({t.first_segment_min_chars}) "

@@ -110,3 +110,11 @@ class TooManyContexts(TTSError):
     close_code = 1008
     code = "too_many_contexts"
     retryable = True
+
+
+class SlowReader(TTSError):
+    """A WebSocket client stopped reading the audio sent to it (send blocked past the send timeout)."""
+
+    status = 408
+    close_code = 1008
+    code = "slow_reader"

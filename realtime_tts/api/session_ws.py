@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 _TICK_S = 0.25  # how often idle contexts / an idle socket are checked
 _CLOSE_WAIT_S = 1.0  # a close handshake the client does not answer is not waited on longer
+_SLOW_CLOSE_WAIT_S = 5.0
 
 
 class _Wire:
@@ -101,6 +102,7 @@ class SessionSocket:
         timer = asyncio.create_task(self._timer(), name=f"session-{self.id}-timer")
         reader = asyncio.create_task(self._read(), name=f"session-{self.id}-reader")
         code = 1000
+        stage = "disconnect"  # why the contexts still live at the end are cancelled (metrics)
         try:
             done, _ = await asyncio.wait({writer, timer, reader}, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -108,7 +110,7 @@ class SessionSocket:
         except WebSocketDisconnect:
             code = 1001
         except TTSError as e:
-            code = e.close_code
+            code, stage = e.close_code, e.code
             self.app.metrics.errors_total.labels(code=e.code).inc()
             for task in (writer, timer, reader):
                 task.cancel()
@@ -116,7 +118,7 @@ class SessionSocket:
             await self._fail(e)
         except Exception as e:  # the connection's edge: log, tell the client, keep serving others
             log.exception("session-mode connection failed")
-            code = 1011
+            code, stage = 1011, "error"
             for task in (writer, timer, reader):
                 task.cancel()
             await asyncio.gather(writer, timer, reader, return_exceptions=True)
@@ -125,7 +127,7 @@ class SessionSocket:
             for task in (writer, timer, reader):
                 task.cancel()
             await asyncio.gather(writer, timer, reader, return_exceptions=True)
-            await session.aclose()
+            await session.aclose(stage)
             for wire in self.wires.values():
                 wire.out.close()
         if code == 1000:
@@ -296,9 +298,11 @@ class SessionSocket:
         frames: list[str | bytes] = []
         if wire is not None:
             del self.wires[cid]
-            if ev.reason in ("end", "idle"):  # the resampler's tail, flagged as the context's last audio
-                frames.append(self._audio(cid, wire, FLAG_CONTEXT_LAST, wire.out.finish()))
-            else:
+            if ev.reason in ("end", "idle"):
+                tail = wire.out.finish()
+                if wire.seq or tail:  # the resampler's tail, flagged as the context's last audio frame
+                    frames.append(self._audio(cid, wire, FLAG_CONTEXT_LAST, tail))
+            else:  # cancelled or failed: not one more byte of its audio
                 wire.out.close()
         done: dict[str, Any] = {"type": "context.done", "context_id": cid, "reason": ev.reason}
         if ev.already_done:
@@ -340,7 +344,10 @@ class SessionSocket:
         with contextlib.suppress(Exception):
             if not isinstance(e, SlowReader):  # its socket does not take frames: the error would wait too
                 await asyncio.wait_for(self.ws.send_text(_json({**ws_error_frame(e), "fatal": True})), _CLOSE_WAIT_S)
-            await asyncio.wait_for(self.ws.close(e.close_code, reason=_reason(e.message)), _CLOSE_WAIT_S)
+            # a slow reader gets a while to drain what is in flight and read the close (1008 slow_reader); its
+            # engine work is already aborted, so the wait holds only the socket
+            wait = _SLOW_CLOSE_WAIT_S if isinstance(e, SlowReader) else _CLOSE_WAIT_S
+            await asyncio.wait_for(self.ws.close(e.close_code, reason=_reason(e.message)), wait)
 
 
 def _json(obj: dict[str, Any]) -> str:

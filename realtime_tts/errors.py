@@ -118,3 +118,13 @@ class SlowReader(TTSError):
     status = 408
     close_code = 1008
     code = "slow_reader"
+
+
+class ShuttingDown(TTSError):
+    """The server is draining for shutdown (SIGTERM): new requests are refused, and streams still running when
+    the drain timeout ends are closed with this. Retry on another replica."""
+
+    status = 503
+    close_code = 1001  # RFC 6455 "going away"
+    code = "shutting_down"
+    retryable = True

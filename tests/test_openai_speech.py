@@ -55,6 +55,17 @@ def test_sdk_pcm_is_raw_s16le_at_24k(client: openai.OpenAI) -> None:
     assert_speech(pcm_to_float(pcm), min_s=2.5, max_s=8.0)
 
 
+def test_client_leaving_mid_stream_leaves_the_server_serving(server: Server) -> None:
+    long_text = " ".join([TEXT] * 6)
+    with httpx.stream("POST", f"{server.http}/v1/audio/speech", json={"input": long_text, "response_format": "aac"},
+                      timeout=60) as r:
+        first = next(r.iter_raw())
+    assert first  # then the connection closes with most of the audio unsent
+    again = httpx.post(f"{server.http}/v1/audio/speech", json={"input": "Still here.", "response_format": "mp3"},
+                       timeout=60)
+    assert again.status_code == 200 and sf.info(io.BytesIO(again.content)).frames > 0
+
+
 def test_default_response_format_is_mp3(server: Server) -> None:
     r = httpx.post(f"{server.http}/v1/audio/speech", json={"model": "tts-1", "input": "Hello.", "voice": "nova"},
                    timeout=60)

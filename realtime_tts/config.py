@@ -80,6 +80,10 @@ class OmniVoiceConfig:
                                  "segment gets a deadline; steps sized by a step-time model measured at "
                                  "start-up).", default="class")
     voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
+    voice_continuity: bool = _doc("One voice per conversation: in auto/design mode the first segment of a socket or "
+                                  "session becomes the voice prompt of every later segment (off: each segment "
+                                  "samples its own voice; the baseline of bench/omnivoice_continuity.py).",
+                                  default=True)
 
 
 @dataclass(frozen=True)

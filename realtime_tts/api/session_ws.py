@@ -95,7 +95,7 @@ class SessionSocket:
         self.framing = start.framing
         self.defaults_obj = start.params_obj
         session = Session(self.app.service, start.params, endpoint=self.endpoint, max_contexts=self.cfg.max_contexts,
-                          max_buffered_s=self.cfg.session_buffer_ms / 1000, conversation=f"ws-{self.id}")
+                          max_buffered_s=self.cfg.session_buffer_ms / 1000)
         self.session = session
         await self._send_text(self._started(start, engine))
         writer = asyncio.create_task(self._write(), name=f"session-{self.id}-writer")
@@ -137,9 +137,13 @@ class SessionSocket:
 
     def _started(self, start: protocol_session.SessionStart, engine: Any) -> dict[str, Any]:
         caps = engine.capabilities
-        continuity = ("one voice per session: the CPU voice speaks every context in the same fixed voice "
-                      "(per speaker preset)") if caps.engine == "cpu" else \
-            "one voice per session: the first segment's voice is the prompt of every later segment"
+        if caps.continuity and self.app.config.omnivoice.voice_continuity:
+            continuity = ("one voice per session: the first segment generated in auto/design mode is the voice "
+                          "prompt of every later segment of every context of this session, unless a context names "
+                          "another voice")
+        else:
+            continuity = ("one voice per session, trivially: this engine's voices are named (the CPU voice speaks "
+                          "every context in the same fixed voice for a given speaker)")
         frame: dict[str, Any] = {
             "type": "session.started",
             "session_id": self.id,

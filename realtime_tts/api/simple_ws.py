@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
@@ -65,11 +64,13 @@ class SimpleSession:
             controls = ("flush", "end", "cancel", "played_ms") if self.incremental else ("cancel", "played_ms")
             ctl = protocol.parse_text_message({k: first[k] for k in controls if k in first}, max_chars=self.max_chars)
             self.warnings.add(req.warnings)
+            prompt = await self.app.references.for_request(self.app, req)  # an inline clone reference
             self.events = req.params.events
             # segment events always flow inside (what was heard is judged from them); sent only when asked for
             req = dataclasses.replace(req, params=dataclasses.replace(req.params, events=True))
             synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True,
-                                          conversation=f"ws-{uuid.uuid4().hex[:16]}")
+                                          prompt=prompt)  # one response per socket: its own voice thread
+            self.warnings.add(synth.warnings)
             self.spoken = SpokenLog(synth.sample_rate)
             self.out = AudioOutput(OutputFormat(container="raw", encoding=req.encoding,
                                                 sample_rate=req.params.sample_rate or synth.sample_rate),

@@ -1,7 +1,7 @@
 """Session core (PROTOCOL.md §2), transport-neutral: the contexts of one session-mode connection, each a
 Synthesis, and ONE ordered output of (context_id, event) for the transport to send.
 
-    session = Session(service, defaults, endpoint="ws_session", max_contexts=8, conversation="ws-ab12")
+    session = Session(service, defaults, endpoint="ws_session", max_contexts=8)   # one VoiceThread of its own
     session.text("c1", "Hello there. ")    # the first message naming an id opens it (or session.open(id, params))
     session.flush("c1"); session.end("c1"); session.speak("c2", "Whole text.")   # speak = text + end
     session.cancel("c1", played_ms=850)   # or "*": every live context; unknown/finished: already_done
@@ -41,6 +41,7 @@ from typing import Any, Literal
 from realtime_tts.errors import BadRequest, TooManyContexts, TTSError
 from realtime_tts.protocol import Params, SpeechRequest
 from realtime_tts.protocol_session import CONTEXT_ID_RE
+from realtime_tts.service.continuity import VoiceThread
 from realtime_tts.service.events import AudioFrame, Event, SegmentEnded, SegmentStarted
 from realtime_tts.service.heard import Heard, SpokenLog
 from realtime_tts.service.service import Service
@@ -176,12 +177,14 @@ class Session:
     before it reads the next one."""
 
     def __init__(self, service: Service, defaults: Params, *, endpoint: str = "ws_session", max_contexts: int = 8,
-                 max_buffered_s: float = 2.0, conversation: str | None = None):
+                 max_buffered_s: float = 2.0, voice_thread: VoiceThread | None = None):
         self._service = service
         self.defaults = defaults
         self.endpoint = endpoint
         self.max_contexts = max_contexts
-        self.conversation = conversation
+        # One voice per conversation (PROTOCOL.md §8): every context of the session is one thread of it, so the
+        # first segment generated in auto/design mode is the voice of all later ones (service/continuity.py).
+        self.voice_thread = voice_thread or VoiceThread()
         self._contexts: dict[str, _Context] = {}
         self._out = _Outbox(max_buffered_s)
         self._pumps: set[asyncio.Task[None]] = set()
@@ -201,7 +204,7 @@ class Session:
                                   f"{self.max_contexts}; end or cancel one first", field="context_id")
         params = dataclasses.replace(params or self.defaults, events=True)  # the session always sends segments
         synth = self._service.open(SpeechRequest(text="", params=params), endpoint=self.endpoint, incremental=True,
-                                   streaming=True, conversation=self.conversation)
+                                   streaming=True, voice_thread=self.voice_thread)
         ctx = _Context(context_id, self._slots % 65536, synth)
         self._slots += 1
         self._contexts[context_id] = ctx

@@ -91,22 +91,25 @@ class SessionMachine(RuleBasedStateMachine):
             self.c.send({"type": "text", "context_id": cid, "text": chunk})
         self.c.pump()
 
+    def _to_open(self, pick: int, kind: str) -> str | None:
+        """Send {"type": kind} to an open context (if a lane has one); returns its id."""
+        cid = self._lane(self._pick(pick), new_ok=False)
+        if cid is not None:
+            self.c.send({"type": kind, "context_id": cid})
+        self.c.pump()
+        return cid
+
     @precondition(lambda self: bool(self.current))
     @rule(pick=st.integers(0, MAX_LIVE - 1))
     def flush(self, pick: int) -> None:
-        cid = self._lane(self._pick(pick), new_ok=False)
-        if cid is not None:
-            self.c.send({"type": "flush", "context_id": cid})
-        self.c.pump()
+        self._to_open(pick, "flush")
 
     @precondition(lambda self: bool(self.current))
     @rule(pick=st.integers(0, MAX_LIVE - 1))
     def end(self, pick: int) -> None:
-        cid = self._lane(self._pick(pick), new_ok=False)
+        cid = self._to_open(pick, "end")
         if cid is not None:
-            self.c.send({"type": "end", "context_id": cid})
             self.state[cid] = "ended"
-        self.c.pump()
 
     @rule(pick=st.integers(0, MAX_LIVE - 1), played=st.none() | st.integers(0, 6000), any_state=st.booleans())
     def cancel(self, pick: int, played: int | None, any_state: bool) -> None:

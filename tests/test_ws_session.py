@@ -245,3 +245,21 @@ def test_simple_played_ms_on_stream_text(server: Server) -> None:
                 break
     assert term["reason"] == "cancelled"  # no end was sent: the stream was still open
     assert term["text_spoken"] == "" and term["unspoken_start"] == 0  # 100 ms: not one segment heard
+
+
+def test_engine_failure_ends_only_its_context(server: Server) -> None:
+    """A real engine failure: the CPU voice's own text normalizer raises on "{❶" (int() of a circled digit, a
+    bug of the voice library). The context gets an error (with its id, not fatal) then context.done "error"; the
+    other context and the socket go on. Should the voice ever speak it, the context simply ends."""
+    c = SessionClient(f"{server.ws}/v1/stream/text")
+    c.send({"type": "speak", "context_id": "bad", "text": "{❶"})
+    c.send({"type": "speak", "context_id": "good", "text": "Still here."})
+    done_bad, done_good = c.until_done("bad"), c.until_done("good")
+    assert done_good["reason"] == "end" and c.contexts["good"].samples > 0
+    assert done_bad["reason"] in ("error", "end"), done_bad
+    if done_bad["reason"] == "error":
+        err = c.contexts["bad"].messages[-2]
+        assert err["type"] == "error" and err["context_id"] == "bad" and err["fatal"] is False, err
+    c.send({"type": "ping"})
+    assert c.until(lambda m: isinstance(m, dict) and m.get("type") == "pong")["load"]["live_contexts"] == 0
+    c.close()

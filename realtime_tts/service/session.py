@@ -257,11 +257,11 @@ class Session:
             for ctx in list(self._contexts.values()):
                 self._cancel(ctx, played_ms, stage)
             return
-        ctx = self._contexts.get(context_id)
-        if ctx is None:
+        live = self._contexts.get(context_id)
+        if live is None:
             self._out.put_now(context_id, None, ContextDone("cancelled", already_done=True))
             return
-        self._cancel(ctx, played_ms, stage)
+        self._cancel(live, played_ms, stage)
 
     def note(self, context_id: str | None, payload: Any) -> None:
         """Queue a transport message in order with the events (yielded as (context_id or "", Note(payload)))."""
@@ -374,7 +374,7 @@ class Session:
         synth = ctx.synth
         error: TTSError | None = None
         try:
-            async with synth, contextlib.aclosing(synth.events()) as events:
+            async with synth, contextlib.aclosing(synth.events()) as events:  # type: ignore[type-var]
                 async for ev in events:
                     if ctx.cancelled:
                         break

@@ -112,28 +112,29 @@ class SessionSocket:
         except TTSError as e:
             code, stage = e.close_code, e.code
             self.app.metrics.errors_total.labels(code=e.code).inc()
-            for task in (writer, timer, reader):
-                task.cancel()
-            await asyncio.gather(writer, timer, reader, return_exceptions=True)
+            await self._stop(session, stage, writer, timer, reader)  # engine work stops before the close waits
             await self._fail(e)
         except Exception as e:  # the connection's edge: log, tell the client, keep serving others
             log.exception("session-mode connection failed")
             code, stage = 1011, "error"
-            for task in (writer, timer, reader):
-                task.cancel()
-            await asyncio.gather(writer, timer, reader, return_exceptions=True)
+            await self._stop(session, stage, writer, timer, reader)
             await self._fail(TTSError(f"internal error: {type(e).__name__}"))
         finally:
-            for task in (writer, timer, reader):
-                task.cancel()
-            await asyncio.gather(writer, timer, reader, return_exceptions=True)
-            await session.aclose(stage)
+            await self._stop(session, stage, writer, timer, reader)
             for wire in self.wires.values():
                 wire.out.close()
         if code == 1000:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.ws.close(1000), _CLOSE_WAIT_S)
         return code
+
+    @staticmethod
+    async def _stop(session: Session, stage: str, *tasks: asyncio.Task[None]) -> None:
+        """The connection's tasks, then every context's engine work (idempotent)."""
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await session.aclose(stage)
 
     def _started(self, start: protocol_session.SessionStart, engine: Any) -> dict[str, Any]:
         caps = engine.capabilities

@@ -1,5 +1,5 @@
-"""Start `realtime-tts serve` on a free port for a benchmark, and stop it (one place for the benchmarks that
-drive the real server)."""
+"""Start `realtime-tts serve` on a free port for a benchmark, and stop it. (bench/omnivoice_serve.py has its own
+copy, and the reliability branch adds bench/machine.serve/free_port: when that lands, these become one.)"""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ context.done). The simple-mode fixes of issue 13 are at the end."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -171,13 +172,18 @@ def test_errors_are_per_message_and_the_socket_goes_on(server: Server) -> None:
 def test_idle_context_is_ended_and_spoken(tmp_path_factory: pytest.TempPathFactory) -> None:
     from live_server import start_server, stop_server
 
-    srv = start_server(tmp_path_factory.mktemp("idle"), env={"REALTIME_TTS_CONTEXT_IDLE_S": "0.5"})
+    srv = start_server(tmp_path_factory.mktemp("idle"), env={"REALTIME_TTS_CONTEXT_IDLE_S": "0.5",
+                                                             "REALTIME_TTS_WS_IDLE_TIMEOUT_S": "2"})
     try:
         c = SessionClient(f"{srv.ws}/v1/stream/text")
         c.send({"type": "text", "context_id": "i", "text": "Left without an end"})
         done = c.until_done("i")
         assert done["reason"] == "idle" and c.contexts["i"].segments[0]["text"] == "Left without an end"
-        c.close()
+        # then nothing live and nothing sent: the socket is closed 4008 after ws_idle_timeout_s
+        t0 = time.monotonic()
+        c.close_and_drain(timeout=10)
+        assert c.close_code == 4008 and 1.0 < time.monotonic() - t0 < 6, (c.close_code, c.other[-1:])
+        assert c.other[-1]["type"] == "error" and c.other[-1]["code"] == "idle_timeout"
     finally:
         stop_server(srv)
 

@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 _TICK_S = 0.25  # how often idle contexts / an idle socket are checked
 _CLOSE_WAIT_S = 1.0  # a close handshake the client does not answer is not waited on longer
 _SLOW_CLOSE_WAIT_S = 5.0
+# Messages queued for the client (audio is bounded by the session's buffer; replies to its own messages are not):
+# a client that keeps sending but does not read is a slow reader once this many wait.
+_MAX_QUEUED_MESSAGES = 4096
 
 
 class _Wire:
@@ -183,6 +186,8 @@ class SessionSocket:
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1001))
             self.last_message = time.monotonic()
+            if self.session.queued_events > _MAX_QUEUED_MESSAGES:  # replies (pongs, errors) pile up unread
+                raise SlowReader(f"{self.session.queued_events} messages wait for the client to read them")
             raw = msg.get("text") if msg.get("text") is not None else msg.get("bytes")
             obj = protocol.loads_object(raw, max_bytes=self.max_bytes)  # frame-level errors end the socket
             if self.closing:

@@ -101,3 +101,12 @@ class Cancelled(TTSError):
     status = 499
     close_code = 1000
     code = "cancelled"
+
+
+class TooManyContexts(TTSError):
+    """A session-mode socket already holds its max_contexts live contexts (the socket stays open)."""
+
+    status = 429
+    close_code = 1008
+    code = "too_many_contexts"
+    retryable = True

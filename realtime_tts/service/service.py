@@ -39,9 +39,11 @@ class Service:
         return self.pool.route(params.model, params.voice_mode)
 
     def open(self, request: SpeechRequest, *, endpoint: str, incremental: bool = False, streaming: bool = True,
-             prompt: VoicePrompt | None = None, engine: Engine | None = None) -> Synthesis:
+             prompt: VoicePrompt | None = None, engine: Engine | None = None,
+             conversation: str | None = None) -> Synthesis:
         """Validate a request against its engine and start a Synthesis (nothing is generated until the
-        caller iterates events()). Raises errors.TTSError before any audio for every refusal."""
+        caller iterates events()). Raises errors.TTSError before any audio for every refusal. conversation: the
+        socket's / session's key (Synthesis.conversation), so a voice can stay the same across its responses."""
         params = request.params
         engine = engine or self.engine_for(params)
         # params.sample_rate is the wire rate: the api layer resamples (audio_out), the engine rate stays.
@@ -49,7 +51,7 @@ class Service:
             raise NotFound(f"voice_id {params.voice_id!r} not found (no saved voices yet: upload the reference "
                            "audio to POST /v1/audio/clone)", field="voice_id")
         synth = Synthesis(self, engine, params, endpoint=endpoint, incremental=incremental, streaming=streaming,
-                          prompt=prompt)
+                          prompt=prompt, conversation=conversation)
         check = getattr(engine, "check", None)
         if check is not None:  # engines may refuse a request before any work is queued
             check(synth.segment_request(0, Unit(text=request.text or ".", start=0, end=0, first=True)))

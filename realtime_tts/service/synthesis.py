@@ -44,8 +44,11 @@ class Synthesis:
     """
 
     def __init__(self, service: Service, engine: Engine, params: Params, *, endpoint: str, incremental: bool,
-                 streaming: bool, prompt: VoicePrompt | None):
+                 streaming: bool, prompt: VoicePrompt | None, conversation: str | None = None):
         self.id = uuid.uuid4().hex[:12]
+        # Who is listening: one key per socket / session (PROTOCOL.md §8). Engines that sample a voice per
+        # generation keep one voice per conversation by it; None = this response alone.
+        self.conversation = conversation
         self._service = service
         self._engine = engine
         self.params = params
@@ -66,6 +69,7 @@ class Synthesis:
         self._output = Output(self.sample_rate, cfg.pacing, self._stats)
         self._splitter: asyncio.Task[None] | None = None
         self._ended = False
+        self.units_out = 0  # units handed to production so far (each becomes one segment, in order)
         self.cancel_stage: str | None = None
         self.error: TTSError | None = None
         self._recorded = False
@@ -131,6 +135,7 @@ class Synthesis:
     def _put_units(self, units: list[Unit]) -> None:
         for u in units:
             if u.text.strip():
+                self.units_out += 1
                 self._speculation.unit_out(u)
                 self._production.units.put_nowait(u)
 

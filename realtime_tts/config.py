@@ -93,12 +93,21 @@ class TextConfig:
 
 
 @dataclass(frozen=True)
+class DialectConfig:
+    unknown_vendor_voice: str = _doc("What a vendor dialect (Cartesia, ElevenLabs, Deepgram) does with a voice id "
+                                     "this server does not know: default (speak in the default voice, with a "
+                                     "warning) or error (refuse, naming the available voices).",
+                                     default="default")
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     cpu: CpuVoiceConfig = field(default_factory=CpuVoiceConfig)
     omnivoice: OmniVoiceConfig = field(default_factory=OmniVoiceConfig)
     pacing: PacingConfig = field(default_factory=PacingConfig)
     text: TextConfig = field(default_factory=TextConfig)
+    dialects: DialectConfig = field(default_factory=DialectConfig)
 
 
 class ConfigError(ValueError):
@@ -187,6 +196,8 @@ def validate(cfg: Config) -> None:
         value = getattr(cfg.pacing, name)
         check(0 <= value <= 5000, f"{name} must be 0..5000 ms, got {value}")
     check(cfg.pacing.first_frame_ms > 0 and cfg.pacing.frame_ms > 0, "frame sizes must be > 0 ms")
+    check(cfg.dialects.unknown_vendor_voice in ("default", "error"),
+          f"unknown_vendor_voice must be default or error, got {cfg.dialects.unknown_vendor_voice!r}")
     t = cfg.text
     check(1 <= t.min_chars <= t.first_segment_min_chars <= t.max_chars,
           f"need 1 <= min_chars ({t.min_chars}) <= first_segment_min_chars ({t.first_segment_min_chars}) "

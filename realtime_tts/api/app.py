@@ -23,6 +23,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from realtime_tts import audio, protocol, text
+from realtime_tts.api import dialects
 from realtime_tts.api.errors import error_response
 from realtime_tts.api.http import _form, _json_body, respond, style_instructions
 from realtime_tts.api.simple_ws import SimpleSession
@@ -129,7 +130,7 @@ class AppState:
             "name": "realtime_tts",
             "endpoints": ["WS /v1/stream", "WS /v1/stream/text", "POST /v1/audio/speech", "POST /v1/synth",
                           "POST /v1/audio/clone", "POST /v1/audio/design", "GET /health", "GET /v1/models",
-                          "GET /metrics"],
+                          "GET /metrics", *dialects.PATHS],
             "docs": "docs/protocol.md",
         })
 
@@ -190,6 +191,7 @@ def create_app(config: Config) -> Starlette:
         Route("/v1/audio/design", state.design, methods=["POST"]),
         WebSocketRoute("/v1/stream", state.ws_stream),
         WebSocketRoute("/v1/stream/text", state.ws_stream_text),
+        *dialects.routes(state),  # Cartesia, ElevenLabs and Deepgram WebSockets
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={TTSError: on_tts_error, Exception: on_error})

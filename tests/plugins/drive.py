@@ -1,0 +1,179 @@
+"""Drive one stock TTS plugin (pipecat or LiveKit Agents; Cartesia, ElevenLabs, Deepgram or OpenAI) against a
+realtime_tts server, offline, and print what it received as one JSON line.
+
+Runs in the plugin venv (tests/plugins/requirements.txt: pipecat-ai and livekit-agents pin soxr/soundfile/
+protobuf versions the server's venv does not use), so it imports nothing of realtime_tts:
+
+    python tests/plugins/drive.py pipecat cartesia http://127.0.0.1:PORT
+
+Two runs per plugin: "speak" (a short text: sample rate, audio seconds, first-audio ms, word timings) and
+"interrupt" (a long text, interrupted 1 s after its first audio the plugin's own way: pipecat's
+InterruptionFrame, LiveKit's stream close; audio seconds before and after the interruption).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+SHORT = "Hello there, this is a short test. It has a second sentence as well."
+LONG = " ".join(f"This is sentence number {i} of a long answer that the listener will interrupt." for i in range(1, 25))
+INTERRUPT_AFTER_S = 1.0
+RATE = 24000
+KEY = "test-key"
+VOICE = {"cartesia": "a0e99841-438c-4a64-b679-ae501e7d6091", "elevenlabs": "21m00Tcm4TlvDq8EDcDR",
+         "deepgram": "aura-2-thalia-en", "openai": "alloy"}
+
+
+# -- pipecat ------------------------------------------------------------------------------------------------------
+
+def pipecat_service(plugin: str, base: str) -> Any:
+    ws = base.replace("http", "ws", 1)
+    if plugin == "cartesia":
+        from pipecat.services.cartesia.tts import CartesiaTTSService
+        return CartesiaTTSService(api_key=KEY, voice_id=VOICE[plugin], url=f"{ws}/tts/websocket", sample_rate=RATE)
+    if plugin == "elevenlabs":
+        from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+        return ElevenLabsTTSService(api_key=KEY, voice_id=VOICE[plugin], url=ws, sample_rate=RATE)
+    if plugin == "deepgram":
+        from pipecat.services.deepgram.tts import DeepgramTTSService
+        return DeepgramTTSService(api_key=KEY, voice=VOICE[plugin], base_url=ws, sample_rate=RATE)
+    from pipecat.services.openai.tts import OpenAITTSService
+    return OpenAITTSService(api_key=KEY, base_url=f"{base}/v1", voice=VOICE[plugin], sample_rate=RATE)
+
+
+async def pipecat_run(plugin: str, base: str, scenario: str) -> dict[str, Any]:
+    from pipecat.frames.frames import (Frame, InterruptionFrame, LLMFullResponseEndFrame,
+                                       LLMFullResponseStartFrame, LLMTextFrame, TTSAudioRawFrame, TTSTextFrame)
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    arrivals: list[tuple[float, Any]] = []
+    marks: dict[str, float] = {}
+
+    class Recorder(FrameProcessor):
+        async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+            await super().process_frame(frame, direction)
+            if isinstance(frame, LLMFullResponseStartFrame) and "start" not in marks:
+                marks["start"] = time.monotonic()
+            if isinstance(frame, InterruptionFrame):
+                marks["interrupt"] = time.monotonic()
+            if isinstance(frame, TTSAudioRawFrame | TTSTextFrame):
+                arrivals.append((time.monotonic(), frame))
+            await self.push_frame(frame, direction)
+
+    text = SHORT if scenario == "speak" else LONG
+    # the text as an LLM streams it: a few words per frame
+    words = text.split(" ")
+    chunks = [" ".join(words[i:i + 4]) + " " for i in range(0, len(words), 4)]
+    frames: list[Frame] = [LLMFullResponseStartFrame(), *[LLMTextFrame(c) for c in chunks], LLMFullResponseEndFrame()]
+    if scenario == "speak":
+        frames.append(SleepFrame(8.0))
+    else:
+        frames += [SleepFrame(INTERRUPT_AFTER_S + 1.5), InterruptionFrame(), SleepFrame(3.0)]
+    service = pipecat_service(plugin, base)
+    t0 = time.monotonic()
+    marks["start"] = t0
+    down, _ = await run_test(Pipeline([service, Recorder()]), frames_to_send=frames, start_timeout=10.0)
+    audio = [(t, f) for t, f in arrivals if isinstance(f, TTSAudioRawFrame)]
+    texts = [f for _, f in arrivals if isinstance(f, TTSTextFrame)]
+    return summary(plugin, t0, [(t, f.sample_rate, len(f.audio) // 2) for t, f in audio], marks.get("interrupt"),
+                   words=[f.text for f in texts], timed=[f.pts for f in texts if f.pts])
+
+
+# -- LiveKit Agents ---------------------------------------------------------------------------------------------------
+
+def livekit_tts(plugin: str, base: str) -> Any:
+    if plugin == "cartesia":
+        from livekit.plugins import cartesia
+        return cartesia.TTS(api_key=KEY, voice=VOICE[plugin], base_url=base, sample_rate=RATE)
+    if plugin == "elevenlabs":
+        from livekit.plugins import elevenlabs
+        return elevenlabs.TTS(api_key=KEY, voice_id=VOICE[plugin], base_url=f"{base}/v1", encoding="pcm_24000")
+    if plugin == "deepgram":
+        from livekit.plugins import deepgram
+        return deepgram.TTS(api_key=KEY, model=VOICE[plugin], base_url=f"{base}/v1/speak", sample_rate=RATE)
+    from livekit.plugins import openai
+    return openai.TTS(api_key=KEY, base_url=f"{base}/v1", voice=VOICE[plugin])
+
+
+async def livekit_run(plugin: str, base: str, scenario: str) -> dict[str, Any]:
+    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+    from livekit.agents.utils import http_context
+
+    text = SHORT if scenario == "speak" else LONG
+    frames: list[tuple[float, int, int]] = []
+    words: list[str] = []
+    timed: list[float] = []
+    interrupted_at: float | None = None
+    async with http_context.open():
+        tts = livekit_tts(plugin, base)
+        t0 = time.monotonic()
+        if plugin == "openai":
+            stream: Any = tts.synthesize(text)
+        else:
+            stream = tts.stream()
+            for i in range(0, len(text), 20):  # as an LLM streams it
+                stream.push_text(text[i:i + 20])
+            stream.flush()
+            stream.end_input()
+
+        async def consume() -> None:
+            async for ev in stream:
+                frames.append((time.monotonic(), ev.frame.sample_rate, ev.frame.samples_per_channel))
+                for t in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []) or []:
+                    words.append(str(t))
+                    if getattr(t, "start_time", None) is not None:
+                        timed.append(float(t.start_time))
+
+        task = asyncio.create_task(consume())
+        if scenario == "interrupt":
+            while not frames and not task.done():
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(INTERRUPT_AFTER_S)
+            interrupted_at = time.monotonic()
+            await stream.aclose()  # what an AgentSession does on an interruption
+            task.cancel()
+            await asyncio.sleep(3.0)  # anything still arriving would show in frames
+        try:
+            await asyncio.wait_for(task, 60)
+        except asyncio.CancelledError:
+            pass
+        await tts.aclose()
+    return summary(plugin, t0, frames, interrupted_at, words=words, timed=timed)
+
+
+# -- common ---------------------------------------------------------------------------------------------------------
+
+def summary(plugin: str, t0: float, frames: list[tuple[float, int, int]], interrupted_at: float | None, *,
+            words: list[str], timed: list[float]) -> dict[str, Any]:
+    rates = sorted({r for _, r, _ in frames})
+    rate = rates[0] if rates else RATE
+    out: dict[str, Any] = {
+        "sample_rates": rates,
+        "audio_s": round(sum(n for _, _, n in frames) / rate, 3),
+        "first_audio_ms": round((frames[0][0] - t0) * 1000, 1) if frames else None,
+        "frames": len(frames),
+        "words": words,
+        "timed_words": len(timed),
+    }
+    if interrupted_at is not None:
+        out["audio_s_before_interrupt"] = round(sum(n for t, _, n in frames if t <= interrupted_at) / rate, 3)
+        out["audio_s_after_interrupt"] = round(sum(n for t, _, n in frames if t > interrupted_at + 0.2) / rate, 3)
+        out["last_audio_after_interrupt_ms"] = round((frames[-1][0] - interrupted_at) * 1000, 1) if frames else None
+    return out
+
+
+def main() -> None:
+    framework, plugin, base, scenario = sys.argv[1:5]
+    run = pipecat_run if framework == "pipecat" else livekit_run
+    result = asyncio.run(run(plugin, base, scenario))
+    print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,16 +257,28 @@ class AudioOutput:
             codec, fmt.sample_rate, fmt.bit_rate or _DEFAULT_BIT_RATES.get(fmt.container), seekable=whole)
         self._finished = False
         self.samples_out = 0  # at the output rate
+        # push/finish run on a worker thread (asyncio.to_thread) while close() may come from the event loop (the
+        # client left): closing FFmpeg state under a running encode crashed the process (segfault in
+        # libavformat, seen when LiveKit's OpenAI plugin dropped an mp3 SSE stream). One at a time.
+        self._lock = threading.Lock()
 
     def push(self, pcm: bytes | np.ndarray) -> bytes:
-        if self._passthrough and isinstance(pcm, bytes):
-            self.samples_out += len(pcm) // 2
-            return self._hold(self._take_header() + pcm)
-        return self._hold(self._emit(self._resampler.push(_as_float(pcm))))
+        """Wire bytes for the next engine chunk; b"" once the stream is finished or closed."""
+        with self._lock:
+            if self._finished:
+                return b""
+            if self._passthrough and isinstance(pcm, bytes):
+                self.samples_out += len(pcm) // 2
+                return self._hold(self._take_header() + pcm)
+            return self._hold(self._emit(self._resampler.push(_as_float(pcm))))
 
     def finish(self) -> bytes:
         """The tail of the stream (whole: the complete file); call once. A stream with no audio is still
         valid (WAV header, empty container)."""
+        with self._lock:
+            return self._finish()
+
+    def _finish(self) -> bytes:
         if self._finished:
             return b""
         self._finished = True
@@ -286,10 +299,13 @@ class AudioOutput:
         return b""
 
     def close(self) -> None:
-        """Drop the stream without its tail (cancel, client gone): frees the encoder."""
-        if not self._finished and self._encoder is not None:
-            self._finished = True
-            self._encoder.close()
+        """Drop the stream without its tail (cancel, client gone): frees the encoder. Waits for a push or finish
+        running on another thread (a few ms at most); later pushes return nothing."""
+        with self._lock:
+            if not self._finished:
+                self._finished = True
+                if self._encoder is not None:
+                    self._encoder.close()
 
     def _take_header(self) -> bytes:
         header, self._header = self._header, b""

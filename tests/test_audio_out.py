@@ -5,6 +5,7 @@ and for streamed FLAC, whose unknown length (STREAMINFO total 0, valid FLAC) mak
 from __future__ import annotations
 
 import io
+import threading
 import wave
 
 import av
@@ -219,3 +220,31 @@ def test_content_types() -> None:
                      "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm"}
     with pytest.raises(BadRequest):
         OutputFormat.from_response_format("m4a", 24000)
+
+
+@pytest.mark.parametrize("container", ["mp3", "opus", "aac"])
+def test_close_while_a_push_runs_on_another_thread(container: str) -> None:
+    """The HTTP and dialect streams push on a worker thread while the event loop may close() (the client left).
+    Closing FFmpeg state under a running encode segfaulted the server (LiveKit's OpenAI plugin dropping an mp3
+    SSE stream); close() now waits for the push, and later pushes return nothing."""
+    chunk = (np.sin(np.arange(2880) * 0.05) * 8000).astype(np.int16).tobytes()  # 120 ms at 24 kHz
+    for _ in range(30):
+        out = AudioOutput(OutputFormat(container=container, sample_rate=24000), source_rate=24000)
+        started = threading.Event()
+        errors: list[BaseException] = []
+
+        def pusher(out: AudioOutput = out, started: threading.Event = started) -> None:
+            try:
+                for _ in range(200):
+                    started.set()
+                    out.push(chunk)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        thread = threading.Thread(target=pusher)
+        thread.start()
+        started.wait()
+        out.close()
+        thread.join()
+        assert not errors
+        assert out.push(chunk) == b"" and out.finish() == b""

@@ -6,21 +6,24 @@ protobuf versions the server's venv does not use), so it imports nothing of real
 
     python tests/plugins/drive.py pipecat cartesia http://127.0.0.1:PORT
 
-Two runs per plugin: "speak" (a short text: sample rate, audio seconds, first-audio ms, word timings) and
-"interrupt" (a long text, interrupted 1 s after its first audio the plugin's own way: pipecat's
-InterruptionFrame, LiveKit's stream close; audio seconds before and after the interruption).
+Three turns per plugin, as an agent speaks them: a short answer (sample rate, audio seconds, first-audio ms,
+word timings), a long answer interrupted about 1 s after its first audio the plugin's own way (pipecat's
+InterruptionFrame; LiveKit closes the stream) with the audio seconds before and after the interruption, and the
+next short answer right after it (LiveKit replaces the interrupted socket then). Prints a JSON list, one object
+per turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
 from typing import Any
 
 SHORT = "Hello there, this is a short test. It has a second sentence as well."
-LONG = " ".join(f"This is sentence number {i} of a long answer that the listener will interrupt." for i in range(1, 25))
+LONG = " ".join(f"This is sentence number {i} of a long answer that the listener will interrupt." for i in range(1, 41))
 INTERRUPT_AFTER_S = 1.0
 RATE = 24000
 KEY = "test-key"
@@ -45,44 +48,62 @@ def pipecat_service(plugin: str, base: str) -> Any:
     return OpenAITTSService(api_key=KEY, base_url=f"{base}/v1", voice=VOICE[plugin], sample_rate=RATE)
 
 
-async def pipecat_run(plugin: str, base: str, scenario: str) -> dict[str, Any]:
-    from pipecat.frames.frames import (Frame, InterruptionFrame, LLMFullResponseEndFrame,
-                                       LLMFullResponseStartFrame, LLMTextFrame, TTSAudioRawFrame, TTSTextFrame)
+async def pipecat_run(plugin: str, base: str) -> list[dict[str, Any]]:
+    from pipecat.frames.frames import (
+        Frame,
+        InterruptionFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+        TTSTextFrame,
+    )
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
     from pipecat.tests.utils import SleepFrame, run_test
 
-    arrivals: list[tuple[float, Any]] = []
-    marks: dict[str, float] = {}
+    starts: list[float] = []  # when each turn's text began, seen before the TTS
+    interrupts: list[float] = []
+    arrivals: list[tuple[float, Any]] = []  # audio and word frames after the TTS
 
-    class Recorder(FrameProcessor):
+    class Before(FrameProcessor):
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
             await super().process_frame(frame, direction)
-            if isinstance(frame, LLMFullResponseStartFrame) and "start" not in marks:
-                marks["start"] = time.monotonic()
+            if isinstance(frame, LLMFullResponseStartFrame):
+                starts.append(time.monotonic())
             if isinstance(frame, InterruptionFrame):
-                marks["interrupt"] = time.monotonic()
+                interrupts.append(time.monotonic())
+            await self.push_frame(frame, direction)
+
+    class After(FrameProcessor):
+        async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+            await super().process_frame(frame, direction)
             if isinstance(frame, TTSAudioRawFrame | TTSTextFrame):
                 arrivals.append((time.monotonic(), frame))
             await self.push_frame(frame, direction)
 
-    text = SHORT if scenario == "speak" else LONG
-    # the text as an LLM streams it: a few words per frame
-    words = text.split(" ")
-    chunks = [" ".join(words[i:i + 4]) + " " for i in range(0, len(words), 4)]
-    frames: list[Frame] = [LLMFullResponseStartFrame(), *[LLMTextFrame(c) for c in chunks], LLMFullResponseEndFrame()]
-    if scenario == "speak":
-        frames.append(SleepFrame(8.0))
-    else:
-        frames += [SleepFrame(INTERRUPT_AFTER_S + 1.5), InterruptionFrame(), SleepFrame(3.0)]
-    service = pipecat_service(plugin, base)
-    t0 = time.monotonic()
-    marks["start"] = t0
-    down, _ = await run_test(Pipeline([service, Recorder()]), frames_to_send=frames, start_timeout=10.0)
-    audio = [(t, f) for t, f in arrivals if isinstance(f, TTSAudioRawFrame)]
-    texts = [f for _, f in arrivals if isinstance(f, TTSTextFrame)]
-    return summary(plugin, t0, [(t, f.sample_rate, len(f.audio) // 2) for t, f in audio], marks.get("interrupt"),
-                   words=[f.text for f in texts], timed=[f.pts for f in texts if f.pts])
+    def turn(text: str) -> list[Frame]:
+        words = text.split(" ")  # as an LLM streams it: a few words per frame
+        chunks = [" ".join(words[i:i + 4]) + " " for i in range(0, len(words), 4)]
+        return [LLMFullResponseStartFrame(), *[LLMTextFrame(c) for c in chunks], LLMFullResponseEndFrame()]
+
+    frames = [*turn(SHORT), SleepFrame(5.0), *turn(LONG), SleepFrame(INTERRUPT_AFTER_S + 1.0), InterruptionFrame(),
+              SleepFrame(0.5), *turn(SHORT), SleepFrame(5.0)]
+    await run_test(Pipeline([Before(), pipecat_service(plugin, base), After()]), frames_to_send=frames,
+                   start_timeout=10.0)
+    order: list[str] = []  # context ids in the order their first frame arrived: one per turn
+    for _, f in arrivals:
+        if f.context_id not in order:
+            order.append(f.context_id)
+    turns = []
+    for k, context_id in enumerate(order[:3]):
+        audio = [(t, f.sample_rate, len(f.audio) // 2) for t, f in arrivals
+                 if isinstance(f, TTSAudioRawFrame) and f.context_id == context_id]
+        texts = [f for _, f in arrivals if isinstance(f, TTSTextFrame) and f.context_id == context_id]
+        turns.append(summary(starts[k] if k < len(starts) else starts[-1], audio,
+                             interrupts[0] if k == 1 and interrupts else None,
+                             words=[f.text for f in texts], timed=[f.pts for f in texts if f.pts]))
+    return turns
 
 
 # -- LiveKit Agents ---------------------------------------------------------------------------------------------------
@@ -101,17 +122,15 @@ def livekit_tts(plugin: str, base: str) -> Any:
     return openai.TTS(api_key=KEY, base_url=f"{base}/v1", voice=VOICE[plugin])
 
 
-async def livekit_run(plugin: str, base: str, scenario: str) -> dict[str, Any]:
+async def livekit_run(plugin: str, base: str) -> list[dict[str, Any]]:
     from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
     from livekit.agents.utils import http_context
 
-    text = SHORT if scenario == "speak" else LONG
-    frames: list[tuple[float, int, int]] = []
-    words: list[str] = []
-    timed: list[float] = []
-    interrupted_at: float | None = None
-    async with http_context.open():
-        tts = livekit_tts(plugin, base)
+    async def turn(tts: Any, text: str, interrupt: bool) -> dict[str, Any]:
+        frames: list[tuple[float, int, int]] = []
+        words: list[str] = []
+        timed: list[float] = []
+        interrupted_at: float | None = None
         t0 = time.monotonic()
         if plugin == "openai":
             stream: Any = tts.synthesize(text)
@@ -131,25 +150,30 @@ async def livekit_run(plugin: str, base: str, scenario: str) -> dict[str, Any]:
                         timed.append(float(t.start_time))
 
         task = asyncio.create_task(consume())
-        if scenario == "interrupt":
+        if interrupt:
             while not frames and not task.done():
                 await asyncio.sleep(0.01)
             await asyncio.sleep(INTERRUPT_AFTER_S)
             interrupted_at = time.monotonic()
-            await stream.aclose()  # what an AgentSession does on an interruption
+            await stream.aclose()  # what an AgentSession does to the TTS stream on an interruption
             task.cancel()
-            await asyncio.sleep(3.0)  # anything still arriving would show in frames
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 60)
-        except asyncio.CancelledError:
-            pass
+        return summary(t0, frames, interrupted_at, words=words, timed=timed)
+
+    async with http_context.open():
+        tts = livekit_tts(plugin, base)
+        turns = [await turn(tts, SHORT, False), await turn(tts, LONG, True)]
+        await asyncio.sleep(0.5)
+        turns.append(await turn(tts, SHORT, False))  # the next answer: LiveKit replaces the interrupted socket
+        await asyncio.sleep(1.0)  # the interrupted turn's audio, if any still came, would show up here
         await tts.aclose()
-    return summary(plugin, t0, frames, interrupted_at, words=words, timed=timed)
+    return turns
 
 
 # -- common ---------------------------------------------------------------------------------------------------------
 
-def summary(plugin: str, t0: float, frames: list[tuple[float, int, int]], interrupted_at: float | None, *,
+def summary(t0: float, frames: list[tuple[float, int, int]], interrupted_at: float | None, *,
             words: list[str], timed: list[float]) -> dict[str, Any]:
     rates = sorted({r for _, r, _ in frames})
     rate = rates[0] if rates else RATE
@@ -169,10 +193,9 @@ def summary(plugin: str, t0: float, frames: list[tuple[float, int, int]], interr
 
 
 def main() -> None:
-    framework, plugin, base, scenario = sys.argv[1:5]
+    framework, plugin, base = sys.argv[1:4]
     run = pipecat_run if framework == "pipecat" else livekit_run
-    result = asyncio.run(run(plugin, base, scenario))
-    print("RESULT " + json.dumps(result))
+    print("RESULT " + json.dumps(asyncio.run(run(plugin, base))))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,111 @@
+"""The stock TTS plugins of pipecat (1.14.0) and LiveKit Agents (1.8.9) for Cartesia, ElevenLabs, Deepgram and
+OpenAI, pointed at a real server on loopback by their documented URL argument and nothing else (issue 14 item 7).
+
+Each plugin runs in tests/plugins/drive.py under the plugin venv (.venv-plugins, `make test` builds it from
+tests/plugins/requirements.txt; REALTIME_TTS_PLUGIN_PYTHON overrides the interpreter): a short answer, a long
+answer interrupted the plugin's own way about a second into its audio, and the next short answer. For all 8:
+audio at the asked 24 kHz of the length the same text has over our own HTTP API, no audio of an interrupted
+answer after the interruption nor in the next answer, the server's engine work for every interrupted WebSocket
+answer stopped (requests_total status=cancelled), and word timings wherever the plugin asks for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from live_server import REPO, start_server, stop_server
+
+PLUGIN_PYTHON = Path(os.environ.get("REALTIME_TTS_PLUGIN_PYTHON") or REPO / ".venv-plugins" / "bin" / "python")
+DRIVER = REPO / "tests" / "plugins" / "drive.py"
+FRAMEWORKS = ("pipecat", "livekit")
+PLUGINS = ("cartesia", "elevenlabs", "deepgram", "openai")
+CASES = [(fw, pl) for fw in FRAMEWORKS for pl in PLUGINS]
+TIMED = {"cartesia", "elevenlabs"}  # the plugins that ask for word timings (Deepgram and OpenAI have none)
+SHORT = "Hello there, this is a short test. It has a second sentence as well."  # = drive.SHORT
+
+pytestmark = [
+    pytest.mark.skipif(not PLUGIN_PYTHON.exists(),
+                       reason=f"no plugin venv at {PLUGIN_PYTHON} (make test builds .venv-plugins)"),
+    pytest.mark.timeout(400),
+]
+
+
+def _cancelled(metrics: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for m in re.finditer(r'^realtime_tts_requests_total\{endpoint="(\w+)",status="cancelled"[^}]*\} ([\d.]+)$',
+                         metrics, re.MULTILINE):
+        out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+def _drive(base: str, framework: str, plugin: str) -> list[dict[str, Any]]:
+    proc = subprocess.run([str(PLUGIN_PYTHON), str(DRIVER), framework, plugin, base], check=False,
+                          capture_output=True,
+                          text=True, timeout=180, cwd=REPO)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"{framework} {plugin}: rc {proc.returncode}\n{proc.stderr[-4000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    server = start_server(tmp_path_factory.mktemp("plugins"))
+    try:
+        ref = httpx.post(server.http + "/v1/audio/speech", timeout=60,
+                         json={"input": SHORT, "voice": "alloy", "response_format": "pcm"})
+        ref.raise_for_status()
+        before = _cancelled(httpx.get(server.http + "/metrics").text)
+        with ThreadPoolExecutor(len(CASES)) as pool:
+            futures = {case: pool.submit(_drive, server.http, *case) for case in CASES}
+            results = {f"{fw}-{pl}": fut.result() for (fw, pl), fut in futures.items()}
+        after = _cancelled(httpx.get(server.http + "/metrics").text)
+        assert "Traceback" not in server.log(), server.log()[-4000:]
+    finally:
+        stop_server(server)
+    return {"results": results, "short_s": len(ref.content) / 2 / 24000,
+            "cancelled": {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}}
+
+
+@pytest.mark.parametrize(("framework", "plugin"), CASES)
+def test_speaks_at_the_asked_rate_and_length(runs: dict[str, Any], framework: str, plugin: str) -> None:
+    turns = runs["results"][f"{framework}-{plugin}"]
+    assert len(turns) == 3, turns
+    for turn in (turns[0], turns[2]):  # the next answer right after an interruption is whole and alone
+        assert turn["sample_rates"] == [24000]
+        assert turn["audio_s"] == pytest.approx(runs["short_s"], rel=0.1), (turn, runs["short_s"])
+        assert turn["first_audio_ms"] is not None and turn["first_audio_ms"] < 5000
+
+
+@pytest.mark.parametrize(("framework", "plugin"), CASES)
+def test_interruption_stops_the_audio(runs: dict[str, Any], framework: str, plugin: str) -> None:
+    turn = runs["results"][f"{framework}-{plugin}"][1]
+    assert turn["audio_s_before_interrupt"] > 0.5, turn
+    assert turn["audio_s_after_interrupt"] == 0, turn
+    if plugin != "openai":
+        # the long answer is ~40 sentences (~150 s); the server stopped making it at the interruption
+        assert turn["audio_s"] < 0.8 * runs["short_s"] * 40 / 2, turn
+
+
+@pytest.mark.parametrize("plugin", ["cartesia", "elevenlabs", "deepgram"])
+def test_interruption_stops_engine_work(runs: dict[str, Any], plugin: str) -> None:
+    """pipecat cancels (cancel / close_context / Clear); LiveKit drops the socket when the next answer starts:
+    both interrupted answers of each dialect end as cancelled requests on the server."""
+    assert runs["cancelled"].get(plugin, 0) >= 2, runs["cancelled"]
+
+
+@pytest.mark.parametrize(("framework", "plugin"), CASES)
+def test_word_timings_where_the_plugin_asks(runs: dict[str, Any], framework: str, plugin: str) -> None:
+    short = runs["results"][f"{framework}-{plugin}"][0]
+    if plugin not in TIMED:
+        assert short["timed_words"] == 0  # neither plugin asks these vendors for timings
+        return
+    assert [w.strip() for w in short["words"]] == SHORT.split(), short["words"]
+    assert short["timed_words"] == len(SHORT.split())

@@ -355,3 +355,28 @@ def test_vendor_voices_map_to_ours() -> None:
     with pytest.raises(BadRequest) as e:
         vendor_voice("a0e99841-438c", strict, pool, field="voice.id")
     assert e.value.field == "voice.id" and "shimmer" in e.value.message
+
+
+def test_strict_voices_and_idle_sockets(tmp_path: Any) -> None:
+    """unknown_vendor_voice=error: a vendor voice id we do not know is refused naming the voices we have; a socket
+    with nothing live that sends nothing for ws_idle_timeout_s is closed (4008)."""
+    srv = start_server(tmp_path, env={"REALTIME_TTS_UNKNOWN_VENDOR_VOICE": "error", "REALTIME_TTS_WS_IDLE_TIMEOUT_S": "1"})
+    try:
+        with connect(srv.ws + "/tts/websocket") as ws:
+            ws.send(json.dumps({**CARTESIA, "context_id": "c", "transcript": "Hi.", "continue": False}))
+            err = recv_json(ws)
+            ws.send(json.dumps({**CARTESIA, "voice": {"mode": "id", "id": "nova"}, "context_id": "d",
+                                "transcript": "Hi.", "continue": False}))
+            ok = cartesia_until_done(ws, {"d"})
+            idle = recv_json(ws, timeout=5)
+            with pytest.raises(ConnectionClosed) as closed:
+                recv_json(ws, timeout=5)
+        with connect(eleven_url(srv, "pcm_24000")) as ws:
+            eleven_err = recv_json(ws)
+    finally:
+        stop_server(srv)
+    assert (err["type"], err["context_id"], err["field"]) == ("error", "c", "voice.id") and "nova" in err["error"]
+    assert ok["d"]["types"][-1] == "done"
+    assert (idle["type"], idle["title"]) == ("error", "idle_timeout") and "1 s" in idle["error"]
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4008
+    assert eleven_err["field"] == "voice_id" and "21m00Tcm4TlvDq8EDcDR" in eleven_err["error"]

@@ -89,6 +89,7 @@ class CartesiaSocket(DialectSocket):
         transcript = obj.get("transcript", "")
         if not isinstance(transcript, str):
             raise BadRequest("transcript must be a string", field="transcript")
+        self.check_not_cancelled(context_id)
         if context_id not in self.pending:
             self._open(context_id, obj)
         if transcript:

@@ -14,6 +14,7 @@ import base64
 import contextlib
 import json
 import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from realtime_tts import protocol
 from realtime_tts.api.dialects.voices import vendor_voice
 from realtime_tts.api.errors import _reason
 from realtime_tts.audio_out import AudioOutput, OutputFormat
-from realtime_tts.errors import TTSError
+from realtime_tts.errors import BadRequest, IdleTimeout, TTSError
 from realtime_tts.protocol import Params
 from realtime_tts.service.session import ContextDone, Session, SessionEvent
 
@@ -49,6 +50,7 @@ class DialectSocket:
         self.session = Session(app.service, Params(), endpoint=self.endpoint, max_contexts=MAX_CONTEXTS,
                                conversation=f"{self.endpoint}-{uuid.uuid4().hex[:8]}")
         self.outputs: dict[str, AudioOutput] = {}  # per context: the wire audio stage
+        self.last_activity = time.monotonic()  # the last client message or finished context (idle timeout)
         self.pending: set[str] = set()  # contexts opened whose ContextDone has not been sent yet
         self.closing = False  # the client asked to close: the writer closes the socket when all is sent
         self._send_lock = asyncio.Lock()
@@ -101,6 +103,12 @@ class DialectSocket:
             raise
         self.outputs[context_id] = out
         self.pending.add(context_id)
+
+    def check_not_cancelled(self, context_id: str) -> None:
+        """A context cancelled a moment ago is still pending (its done message is on its way): refuse more for
+        it rather than open a fresh context under the same id behind the client's back."""
+        if context_id in self.pending and not self.session.has_context(context_id):
+            raise BadRequest(f"context {context_id!r} was cancelled; use a new context id", field="context_id")
 
     def _engine_rate(self, params: Params) -> int:
         return self.app.service.engine_for(params).capabilities.sample_rate
@@ -180,19 +188,36 @@ class DialectSocket:
             self.app.metrics.ws_closes_total.labels(code=str(code)).inc()
 
     async def _read(self, writer: asyncio.Task[None]) -> int:
-        while not self.closing:
-            receive = asyncio.ensure_future(self.ws.receive())
-            done, _ = await asyncio.wait({receive, writer}, return_when=asyncio.FIRST_COMPLETED)
-            if receive not in done:  # the writer ended (send failed): the socket is gone
+        idle_s = self.app.config.server.ws_idle_timeout_s
+        receive: asyncio.Future[Any] | None = None
+        try:
+            while not self.closing:
+                if receive is None:
+                    receive = asyncio.ensure_future(self.ws.receive())
+                # a socket with nothing to say and nothing being spoken is closed after ws_idle_timeout_s (4008);
+                # the plugins' keepalives ({"text": ""}) count as messages
+                done, _ = await asyncio.wait({receive, writer}, timeout=min(idle_s, 1.0) if idle_s > 0 else None,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    if not self.pending and time.monotonic() - self.last_activity > idle_s:
+                        receive.cancel()
+                        raise IdleTimeout(f"no message received for {idle_s:g} s")
+                    continue
+                if receive not in done:  # the writer ended (send failed): the socket is gone
+                    receive.cancel()
+                    writer.result()
+                    return 1001
+                msg = receive.result()
+                receive = None
+                self.last_activity = time.monotonic()
+                if msg["type"] == "websocket.disconnect":
+                    return int(msg.get("code") or 1005)
+                raw = msg.get("text") if msg.get("text") is not None else msg.get("bytes")
+                obj = protocol.loads_object(raw, max_bytes=self.max_bytes)
+                self.on_message(obj)
+        finally:
+            if receive is not None:
                 receive.cancel()
-                writer.result()
-                return 1001
-            msg = receive.result()
-            if msg["type"] == "websocket.disconnect":
-                return int(msg.get("code") or 1005)
-            raw = msg.get("text") if msg.get("text") is not None else msg.get("bytes")
-            obj = protocol.loads_object(raw, max_bytes=self.max_bytes)
-            self.on_message(obj)
         # the client asked to close: the writer sends what remains and closes the socket
         await writer
         return 1000
@@ -209,6 +234,7 @@ class DialectSocket:
                     await self.on_event(context_id, ev)
                     if isinstance(ev, ContextDone):
                         self.pending.discard(context_id)
+                        self.last_activity = time.monotonic()
                     next_event = asyncio.ensure_future(self.session.next())
                 if next_control in done:
                     msg = next_control.result()

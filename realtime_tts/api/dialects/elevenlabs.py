@@ -157,6 +157,7 @@ class ElevenLabsSocket(DialectSocket):
             return  # multi-stream-input: a keepalive
         if ctx is None:
             ctx = self._open(context_id, obj)
+        self.check_not_cancelled(context_id)
         if text:
             if ctx.ended:
                 raise BadRequest(f"context {context_id!r} was closed: no text is taken after close_context",

@@ -90,8 +90,9 @@ def test_interruption_stops_the_audio(runs: dict[str, Any], framework: str, plug
     assert turn["audio_s_before_interrupt"] > 0.5, turn
     assert turn["audio_s_after_interrupt"] == 0, turn
     if plugin != "openai":
-        # the long answer is ~40 sentences (~150 s); the server stopped making it at the interruption
-        assert turn["audio_s"] < 0.8 * runs["short_s"] * 40 / 2, turn
+        # the long answer is 100 sentences (~400 s): the server was still making it when the interruption came
+        # (test_interruption_stops_engine_work shows it stopped there)
+        assert turn["audio_s"] < 0.8 * runs["short_s"] * 100 / 2, turn
 
 
 @pytest.mark.parametrize("plugin", ["cartesia", "elevenlabs", "deepgram"])

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 SHORT = "Hello there, this is a short test. It has a second sentence as well."
-LONG = " ".join(f"This is sentence number {i} of a long answer that the listener will interrupt." for i in range(1, 41))
+LONG = " ".join(f"This is sentence number {i} of a long answer that the listener will interrupt." for i in range(1, 101))
 INTERRUPT_AFTER_S = 1.0
 RATE = 24000
 KEY = "test-key"
@@ -37,15 +37,19 @@ def pipecat_service(plugin: str, base: str) -> Any:
     ws = base.replace("http", "ws", 1)
     if plugin == "cartesia":
         from pipecat.services.cartesia.tts import CartesiaTTSService
-        return CartesiaTTSService(api_key=KEY, voice_id=VOICE[plugin], url=f"{ws}/tts/websocket", sample_rate=RATE)
+        return CartesiaTTSService(api_key=KEY, url=f"{ws}/tts/websocket", sample_rate=RATE,
+                                  settings=CartesiaTTSService.Settings(voice=VOICE[plugin]))
     if plugin == "elevenlabs":
         from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
-        return ElevenLabsTTSService(api_key=KEY, voice_id=VOICE[plugin], url=ws, sample_rate=RATE)
+        return ElevenLabsTTSService(api_key=KEY, url=ws, sample_rate=RATE,
+                                    settings=ElevenLabsTTSService.Settings(voice=VOICE[plugin]))
     if plugin == "deepgram":
         from pipecat.services.deepgram.tts import DeepgramTTSService
-        return DeepgramTTSService(api_key=KEY, voice=VOICE[plugin], base_url=ws, sample_rate=RATE)
+        return DeepgramTTSService(api_key=KEY, base_url=ws, sample_rate=RATE,
+                                  settings=DeepgramTTSService.Settings(voice=VOICE[plugin]))
     from pipecat.services.openai.tts import OpenAITTSService
-    return OpenAITTSService(api_key=KEY, base_url=f"{base}/v1", voice=VOICE[plugin], sample_rate=RATE)
+    return OpenAITTSService(api_key=KEY, base_url=f"{base}/v1", sample_rate=RATE,
+                            settings=OpenAITTSService.Settings(voice=VOICE[plugin]))
 
 
 async def pipecat_run(plugin: str, base: str) -> list[dict[str, Any]]:

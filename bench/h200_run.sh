@@ -2,7 +2,8 @@
 # One device call on the H200 (see /work/.library/device), under 10 minutes: install the carried wheels
 # (.gpuwhl: the web stack, hibari-tts, omnivoice 0.2.1 as the oracle, soundfile/pydub), then, each when its
 # flag is 1 and time is left:
-#   GPU_TESTS  the GPU-marked engine tests (~1-2 min), then GPU_TEST_FILES  → $OUT/gpu_tests_h200.txt
+#   GPU_TESTS  the GPU-marked tests in tests/engine + tests/gpu_worker (~1-2 min), then GPU_TEST_FILES
+#                                                                            → $OUT/gpu_tests_h200.txt
 #   GEMM       bench/omnivoice_gemm.py: the backbone's projections, cuBLAS vs our Triton matmuls (~3 min)
 #                                                                            → $OUT/omnivoice_gemm.{md,jsonl}
 #   BULK       bench/omnivoice_bench.py (ours; the reference too unless BULK_ARGS has --no-ref), BULK_S budget
@@ -22,8 +23,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$log"
 git log --oneline -1 >> "$log" 2>/dev/null
 ckpt=/tmp/omnivoice-full
 if [ "${GPU_TESTS:-0}" = 1 ]; then
-    # the gpu-marked engine tests, then GPU_TEST_FILES (unmarked tests that run on CUDA when it is there)
-    timeout "${TESTS_S:-300}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine > "$OUT/gpu_tests_h200.txt" 2>&1; tail -5 "$OUT/gpu_tests_h200.txt"
+    # the gpu-marked tests (web side: the GPU client; worker side: loop, runner, graphs, kernels), then
+    # GPU_TEST_FILES (unmarked tests that run on CUDA when it is there)
+    timeout "${TESTS_S:-300}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine tests/gpu_worker > "$OUT/gpu_tests_h200.txt" 2>&1; tail -5 "$OUT/gpu_tests_h200.txt"
     if [ -n "${GPU_TEST_FILES:-}" ]; then
         echo "# CUDA run of: $GPU_TEST_FILES" >> "$OUT/gpu_tests_h200.txt"
         timeout "${TESTS_S:-300}" python3 -m pytest -q -p no:cacheprovider $GPU_TEST_FILES >> "$OUT/gpu_tests_h200.txt" 2>&1; tail -3 "$OUT/gpu_tests_h200.txt"

@@ -223,7 +223,7 @@ def bench_kernels(out_dir: Path) -> None:
 # kernels.norm_rope_attention variants beside rope_then_attn (mode, heads per program (None: the GQA group),
 # per-head block_m, block_n, warps, stages). q_fused: k-only norm + RoPE, q normalised as its tile loads
 # (q_fused_swap: that q tile computed full-width, q_rope_join=False). Measured on the H200 and dropped (session 6,
-# bench/results/omnivoice_bench_h200_run16.md): lazy softmax rescaling at 32x32/32x64/64x64/32x128 tiles and
+# bulk run 16 in bench/results/HISTORY.md): lazy softmax rescaling at 32x32/32x64/64x64/32x128 tiles and
 # 128/168-register caps, each slower than the q_fused 32x32 default.
 ATTN_VARIANTS = [("q_fused", 1, 64, 32, 4, 3), ("q_fused", 1, 64, 64, 4, 2),
                  ("split", None, 32, 32, 4, 3), ("split", None, 64, 32, 8, 3), ("split", None, 64, 64, 8, 2),
@@ -459,7 +459,7 @@ def bench_codec(model: Any, out_dir: Path, args: argparse.Namespace, num: int = 
     avoid the NCHW<->NHWC conversions the heuristics' TF32 kernels pay), and the fused decoder channels-last end
     to end (fused_codec_cl: cuDNN's NHWC kernels with no conversions), and that with each residual unit of <= 64
     channels as one Triton kernel (fused_codec_cl_units; at T_BLOCK 64/4 warps and 128/8 warps for every channel
-    count it ran within 1 ms of dac_units' launch table on the H200, omnivoice_bench_h200_run19/20), and that with
+    count it ran within 1 ms of dac_units' launch table on the H200, bulk runs 19/20 in bench/results/HISTORY.md), and that with
     cudnn.benchmark (cuDNN's timed choice for the wider channels-last convs): ms each (median of 3, synced), max
     abs difference of the waveforms to the stock ones. Leaves the codec as --fused-snake set it, and its decoder
     as it found it."""

@@ -5,7 +5,7 @@ No GPU, no model: it answers "what do the scheduling policy, its knobs and the c
 underruns and load latency", one change at a time. Runs on the CPU (torch is imported only as
 gpu_worker/runner.py's module, for its TOKEN_BUCKETS).
 
-Model (calibrated against bench/results/omnivoice_serve_h200_run10.md):
+Model (calibrated against serving run 10, bench/results/HISTORY.md):
 - a step costs the measured time of its CUDA-graph token bucket (runner.TOKEN_BUCKETS; STEP_MS, H200 run 8
   warm-up) + host work per step, slowed in proportion to the frames of a codec call running beside it (Cost);
 - one decode thread (worker._decode_loop): it takes every finished segment queued since its last call, decodes

@@ -1,20 +1,29 @@
-"""Configuration: one frozen dataclass per concern, read from REALTIME_TTS_* env vars then CLI flags.
+"""Configuration: one frozen dataclass per concern, read from a TOML file, REALTIME_TTS_* env vars, CLI flags.
 
-Every field name is unique across sections, so each has exactly one env var (REALTIME_TTS_<FIELD>) and one
-CLI flag (--<field-with-dashes>). Leaf module: imports nothing from the package.
+Precedence (later wins): defaults ← config file ← env vars ← flags. The file has one table per section of
+Config ([server], [cpu], [omnivoice], ...), keys = field names; the sections and keys it accepts are read from
+the dataclasses, and an unknown section or key is an error naming it. Every field name is unique across
+sections, so each has exactly one env var (REALTIME_TTS_<FIELD>) and one CLI flag (--<field-with-dashes>).
+The file: --config PATH, else $REALTIME_TTS_CONFIG (empty = none), else the first of DEFAULT_CONFIG_PATHS that
+exists. Leaf module: imports nothing from the package.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import tomllib
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "REALTIME_TTS_"
+CONFIG_ENV = ENV_PREFIX + "CONFIG"
+# Where the config file is looked for when neither --config nor REALTIME_TTS_CONFIG names one (first found).
+DEFAULT_CONFIG_PATHS = ("~/.config/realtime-tts/config.toml", "/etc/realtime-tts/config.toml")
 
 
 def _doc(text: str, **kw: Any) -> Any:
@@ -39,12 +48,14 @@ class CpuVoiceConfig:
 
 @dataclass(frozen=True)
 class OmniVoiceConfig:
-    model: str | None = _doc("OmniVoice checkpoint directory; unset = the embedded CPU voice only.", default=None)
+    model: str | None = _doc("OmniVoice checkpoint: a local directory or a model-hub id (owner/name[@revision], "
+                             "fetched into the Hugging Face cache; HF_HUB_OFFLINE=1 honoured); unset = the "
+                             "embedded CPU voice only.", default=None)
     dtype: str = _doc("OmniVoice weights dtype: bf16, fp16 or fp32.", default="bf16")
     device: str = _doc("Torch device for OmniVoice workers: cuda or cpu (auto = cuda if present).", default="auto")
     gpus: int = _doc("Number of GPU workers (0 = every visible GPU).", default=0)
     # Serving defaults (max/latency budgets, admission, codec graphs, target_chars) from the H200 A/B in
-    # bench/results/omnivoice_serve_h200_run11*.md: 100 streaming agents p95 238 ms after the first sentence
+    # serving run 11 of bench/results/HISTORY.md: 100 streaming agents p95 238 ms after the first sentence
     # with no underruns (was 417 ms, 50 underruns). Bulk-only deployments gain ~10% throughput with a larger
     # max_batch_tokens (B=16 design 214 xRT vs B=128 243 on the H200).
     max_batch_tokens: int = _doc("Token budget per diffusion step across the running batch (larger: more "
@@ -62,7 +73,7 @@ class OmniVoiceConfig:
                           default="reference")
     swiglu_gemm_min_tokens: int = _doc("Diffusion steps of at least this many tokens run the MLP's gate/up "
                                        "projection and SwiGLU as one Triton GEMM (faster at bulk sizes on the "
-                                       "H200, bench/results/omnivoice_gemm_h200_run2.md); 0 = never.",
+                                       "H200, bench/results/omnivoice_gemm_h200.md); 0 = never.",
                                        default=8192)
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
@@ -101,12 +112,33 @@ class DialectConfig:
 
 
 @dataclass(frozen=True)
+class LoggingConfig:
+    log_format: str = _doc("Log line format: text (human) or json (one JSON object per line, for log shippers).",
+                           default="text")
+    log_requests: bool = _doc("One info line per request (HTTP or WebSocket) with its ids, outcome and timings.",
+                              default=True)
+    log_text: bool = _doc("Also put the request's text (up to 2000 chars) in that line; off: text never reaches "
+                          "the log at info level.", default=False)
+
+
+@dataclass(frozen=True)
+class ShutdownConfig:
+    drain_timeout_s: float = _doc("On SIGTERM/SIGINT: stop accepting, let in-flight requests finish for up to this "
+                                  "long, then close the rest (WebSocket 1001 after an error frame); a second "
+                                  "signal skips the wait.", default=30.0)
+    close_grace_s: float = _doc("After the drain: how long a connection gets to take its close frame before it "
+                                "is reset (a client that stopped reading).", default=2.0)
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     cpu: CpuVoiceConfig = field(default_factory=CpuVoiceConfig)
     omnivoice: OmniVoiceConfig = field(default_factory=OmniVoiceConfig)
     pacing: PacingConfig = field(default_factory=PacingConfig)
     text: TextConfig = field(default_factory=TextConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
     dialects: DialectConfig = field(default_factory=DialectConfig)
 
 
@@ -121,7 +153,7 @@ def sections() -> dict[str, type[Any]]:
 
 
 def _base_type(tp: Any) -> type[Any]:
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+    if _is_union(tp):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return typing.cast(type[Any], args[0])
     return typing.cast(type[Any], tp)
@@ -143,18 +175,22 @@ def _parse(name: str, raw: Any, tp: Any) -> Any:
         raise ConfigError(f"{name}: cannot read {raw!r} as {base.__name__}") from None
 
 
-def load_config(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Defaults ← REALTIME_TTS_* env vars ← overrides (CLI flags; keys are field names, None = unset)."""
+def load_config(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+                config_file: str | Path | None = None) -> Config:
+    """Defaults ← config file ← REALTIME_TTS_* env vars ← overrides (CLI flags; keys are field names, None =
+    unset). config_file None: the default lookup (find_config_file)."""
     env = os.environ if env is None else env
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     known = {f.name for cls in sections().values() for f in dataclasses.fields(cls)}
     unknown = set(overrides) - known
     if unknown:
         raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
+    path = Path(config_file).expanduser() if config_file is not None else find_config_file(env)
+    from_file = read_config_file(path) if path is not None else {}
     built: dict[str, Any] = {}
     for section, cls in sections().items():
         hints = typing.get_type_hints(cls)
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = dict(from_file.get(section, {}))
         for f in dataclasses.fields(cls):
             env_name = ENV_PREFIX + f.name.upper()
             if f.name in overrides:
@@ -165,6 +201,66 @@ def load_config(overrides: Mapping[str, Any] | None = None, env: Mapping[str, st
     cfg = Config(**built)
     validate(cfg)
     return cfg
+
+
+def find_config_file(env: Mapping[str, str]) -> Path | None:
+    """$REALTIME_TTS_CONFIG (must exist; empty = no file), else the first of DEFAULT_CONFIG_PATHS that exists."""
+    if CONFIG_ENV in env:
+        named = env[CONFIG_ENV].strip()
+        return Path(named).expanduser() if named else None
+    for candidate in DEFAULT_CONFIG_PATHS:
+        p = Path(candidate).expanduser()
+        if p.is_file():
+            return p
+    return None
+
+
+def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
+    """The file's values by section, each checked against its dataclass field's type (errors name the file,
+    the section and the key)."""
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    known = sections()
+    out: dict[str, dict[str, Any]] = {}
+    for section, table in doc.items():
+        if section not in known:
+            raise ConfigError(f"config file {path}: unknown section [{section}]; sections: {', '.join(known)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"config file {path}: {section} must be a table ([{section}])")
+        hints = typing.get_type_hints(known[section])
+        names = [f.name for f in dataclasses.fields(known[section])]
+        for key, value in table.items():
+            if key not in hints or key not in names:
+                raise ConfigError(f"config file {path}: unknown key {key!r} in [{section}]; keys: {', '.join(names)}")
+            out.setdefault(section, {})[key] = _typed(f"{path}: [{section}] {key}", value, hints[key])
+    return out
+
+
+def _typed(name: str, value: Any, tp: Any) -> Any:
+    """A TOML value as the field's type: no silent coercion (a string for an int is an error), except int → float
+    and a list → tuple."""
+    options = [a for a in typing.get_args(tp) if a is not type(None)] if _is_union(tp) else [tp]
+    for option in options:
+        origin = typing.get_origin(option) or option
+        if origin is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if origin in (tuple, list) and isinstance(value, list):
+            return origin(value)
+        if origin is int and isinstance(value, bool):
+            continue
+        if isinstance(origin, type) and isinstance(value, origin):
+            return value
+    want = " or ".join(getattr(typing.get_origin(o) or o, "__name__", str(o)) for o in options)
+    raise ConfigError(f"{name}: expected {want}, got {type(value).__name__} {value!r}")
+
+
+def _is_union(tp: Any) -> bool:
+    return isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union
 
 
 def validate(cfg: Config) -> None:
@@ -198,6 +294,9 @@ def validate(cfg: Config) -> None:
     check(cfg.pacing.first_frame_ms > 0 and cfg.pacing.frame_ms > 0, "frame sizes must be > 0 ms")
     check(cfg.dialects.unknown_vendor_voice in ("default", "error"),
           f"unknown_vendor_voice must be default or error, got {cfg.dialects.unknown_vendor_voice!r}")
+    check(cfg.logging.log_format in ("text", "json"), f"log_format must be text or json, got {cfg.logging.log_format!r}")
+    check(cfg.shutdown.drain_timeout_s >= 0, f"drain_timeout_s must be >= 0, got {cfg.shutdown.drain_timeout_s}")
+    check(cfg.shutdown.close_grace_s >= 0, f"close_grace_s must be >= 0, got {cfg.shutdown.close_grace_s}")
     t = cfg.text
     check(1 <= t.min_chars <= t.first_segment_min_chars <= t.max_chars,
           f"need 1 <= min_chars ({t.min_chars}) <= first_segment_min_chars ({t.first_segment_min_chars}) "

@@ -110,3 +110,13 @@ class TooManyContexts(TTSError):
     close_code = 1008
     code = "too_many_contexts"
     retryable = True
+
+
+class ShuttingDown(TTSError):
+    """The server is draining for shutdown (SIGTERM): new requests are refused, and streams still running when
+    the drain timeout ends are closed with this. Retry on another replica."""
+
+    status = 503
+    close_code = 1001  # RFC 6455 "going away"
+    code = "shutting_down"
+    retryable = True

@@ -29,7 +29,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random checkpoint in the released layout (model and engine tests share it; ~1 s to build)."""
+    """A tiny random checkpoint in the released layout (the model, engine and gpu_worker tests share it; ~1 s
+    to build)."""
     from realtime_tts.model.checkpoint import build_random_checkpoint  # torch: only when a test asks
 
     out = tmp_path_factory.mktemp("omnivoice-tiny")

@@ -24,6 +24,18 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_RATE = 24_000
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is pid (e.g. a server's voice workers), from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

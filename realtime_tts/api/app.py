@@ -17,6 +17,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -24,6 +25,8 @@ from starlette.websockets import WebSocket
 
 from realtime_tts import audio, protocol, text
 from realtime_tts.api import dialects
+from realtime_tts.api.access_log import access_log
+from realtime_tts.api.drain import Drain
 from realtime_tts.api.errors import error_response
 from realtime_tts.api.http import _form, _json_body, respond, style_instructions
 from realtime_tts.api.simple_ws import SimpleSession
@@ -193,7 +196,10 @@ def create_app(config: Config) -> Starlette:
         WebSocketRoute("/v1/stream/text", state.ws_stream_text),
         *dialects.routes(state),  # Cartesia, ElevenLabs and Deepgram WebSockets
     ]
+    drain = Drain()  # lifecycle.DrainingServer drives it on SIGTERM
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={TTSError: on_tts_error, Exception: on_error})
+                    exception_handlers={TTSError: on_tts_error, Exception: on_error},
+                    middleware=[Middleware(access_log, config), Middleware(drain.gate)])  # type: ignore[arg-type]
     app.state.tts = state
+    app.state.drain = drain
     return app

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from realtime_tts import errors, omnivoice_text
+from realtime_tts import errors, hub, omnivoice_text
 from realtime_tts.config import Config
 from realtime_tts.engine import ipc
 from realtime_tts.engine.base import (
@@ -195,7 +195,7 @@ class OmniVoiceEngine:
         if not config.omnivoice.model:
             raise errors.EngineUnavailable("omnivoice: no model directory configured (--model)")
         self._config = config
-        self._model_dir = os.path.abspath(os.path.expanduser(config.omnivoice.model))
+        self._model_dir = ""  # resolved at start(): a hub id may need a download (hub.resolve)
         self._workers: list[_Worker] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -204,7 +204,7 @@ class OmniVoiceEngine:
         self._stats_listeners: list[Callable[[ipc.Stats], None]] = []
         device = "cpu" if config.omnivoice.device == "cpu" else ("cuda" if count_gpus() else "cpu")
         self._capabilities = Capabilities(
-            engine=ENGINE_NAME, model=os.path.basename(self._model_dir.rstrip("/")) or ENGINE_NAME,
+            engine=ENGINE_NAME, model=hub.display_name(config.omnivoice.model) or ENGINE_NAME,
             sample_rate=SAMPLE_RATE_HZ, voice_modes=frozenset({"auto", "design", "clone"}), languages=None,
             deterministic=True, device=device, batched=True)
 
@@ -217,8 +217,7 @@ class OmniVoiceEngine:
     async def start(self) -> None:
         if self._started:
             return
-        if not os.path.isdir(self._model_dir):
-            raise errors.EngineUnavailable(f"omnivoice model directory {self._model_dir!r} does not exist")
+        self._model_dir = str(await asyncio.to_thread(hub.resolve, self._config.omnivoice.model))
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._workers = [_Worker(i, dev) for i, dev in enumerate(worker_devices(self._config))]

@@ -41,11 +41,12 @@ BULK_FRAME_QUANTUM = 8
 PRECISIONS = ("fp32", "reference")  # StepRunner(precision=...)
 # StepRunner(codec_channels_last=...): the fused codec decoder's memory layout. Channels-last: cuDNN's NHWC convs
 # without layout conversions, 105-108 ms per 128 six-second grids vs 123-126 channels-first on the H200
-# (bench/results/omnivoice_bench_h200_run18.md; waveforms within 1.4e-5 of the stock decoder's, TF32 sums).
+# (bulk run 18 in bench/results/HISTORY.md; waveforms within 1.4e-5 of the stock decoder's, TF32 sums).
 CODEC_CHANNELS_LAST = True
 # StepRunner(codec_units=...): with the channels-last decoder, each residual unit of <= 64 channels (the last two
 # stages, 48000 and 144000 samples per 6 s) as one Triton kernel (kernels/dac_units.py) instead of cuDNN convs and
-# two epilogue passes: 96.3 ms per 128 six-second grids vs 100.9-105.9 on the H200 (omnivoice_bench_h200_run19.md).
+# two epilogue passes: 96.3 ms per 128 six-second grids vs 100.9-105.9 on the H200 (bulk run 19,
+# bench/results/HISTORY.md).
 CODEC_UNITS = True
 
 
@@ -68,8 +69,8 @@ class FusedBackbone:
     # k-only norm + RoPE, q normalised as the attention kernel loads its tile; "split": qk_norm_rope then
     # attention; "fused": both inside the attention kernel), with block = (per-head block_m, block_n, num_warps,
     # num_stages) and heads q heads per program (None: the whole GQA group, sharing each K/V tile). The defaults
-    # are the H200's fastest at every size the bench's kernel stage measured (bench/results/
-    # omnivoice_bench_h200_run6b.jsonl): 0.037 ms at one item (fused: 0.042, split: 0.035 with a second launch),
+    # are the H200's fastest at every size the bench's kernel stage measured (bulk run 6b
+    # in bench/results/HISTORY.md, its .jsonl): 0.037 ms at one item (fused: 0.042, split: 0.035 with a second launch),
     # 0.19 / 0.31 ms at 64 design / clone items (fused: 0.38 / 0.67, split 64×32: 0.24 / 0.38). Until then
     # forwards of up to 2048 tokens took "fused" and larger ones "split": one mode now serves both.
     def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
@@ -90,8 +91,8 @@ class FusedBackbone:
         # Forwards of at least swiglu_gemm_min_tokens tokens run the MLP's gate/up GEMM with SwiGLU in its
         # epilogue (kernels/gemm.py; the [N, 2I] product never reaches memory); smaller ones, and all when 0,
         # cuBLAS + silu_mul. (The o/down projections with the residual add in a Triton GEMM's epilogue measured
-        # slower than cuBLAS + add_rms_norm at every tile tried: bench/results/omnivoice_gemm_h200_run3.md; so did
-        # the q/k/v projection with the k heads' norm + RoPE in its epilogue: omnivoice_gemm_h200_run4.md.)
+        # slower than cuBLAS + add_rms_norm at every tile tried; so did the q/k/v projection with the
+        # k heads' norm + RoPE in its epilogue: both in bench/results/omnivoice_gemm_h200.md.)
         self.swiglu_gemm_min_tokens = swiglu_gemm_min_tokens
         self.llm = llm
         self.layers: list[dict[str, torch.Tensor]] = []

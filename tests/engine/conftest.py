@@ -1,5 +1,6 @@
-"""Fixtures for the OmniVoice engine tests: a tiny random checkpoint, a background event loop, and a real
-`realtime-tts serve --model` server on a free port."""
+"""Fixtures for the web-side OmniVoice engine tests (the GPU-worker client, the server): a background
+event loop and a real `realtime-tts serve --model` server on a free port (the tiny checkpoint is the
+session fixture in tests/conftest.py)."""
 
 from __future__ import annotations
 

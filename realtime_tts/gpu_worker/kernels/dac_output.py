@@ -3,7 +3,7 @@ then (optionally) tanh, over channels-last activations ([B, T, C] memory), writt
 waveform. (HiggsAudioV2's tokenizer replaces DAC's tanh with an identity: its waveforms are unbounded.)
 
 cuDNN runs that conv as a TF32 implicit GEMM with one output channel (3.6 ms per 128 six-second grids on the
-H200, bench/results/omnivoice_profile_h200_run8.txt) where reading its input once takes ~0.7 ms. Worker processes
+H200, bench/results/omnivoice_profile_h200.txt) where reading its input once takes ~0.7 ms. Worker processes
 only (torch, triton).
 """
 # @triton.jit kernels are untyped by nature:

@@ -71,17 +71,7 @@ class CartesiaSocket(DialectSocket):
             msg["field"] = e.field
         return msg
 
-    def on_message(self, obj: dict[str, Any]) -> None:
-        context_id = obj.get("context_id")
-        if not isinstance(context_id, str) or not context_id:
-            self.refuse(BadRequest("context_id (a non-empty string) is required", field="context_id"), None)
-            return
-        try:
-            self._apply(context_id, obj)
-        except TTSError as e:
-            self.refuse(e, context_id)
-
-    def _apply(self, context_id: str, obj: dict[str, Any]) -> None:
+    def apply(self, context_id: str, obj: dict[str, Any]) -> None:
         if obj.get("cancel") is True:
             if context_id in self.pending:
                 self.session.cancel(context_id)

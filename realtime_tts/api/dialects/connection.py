@@ -37,8 +37,9 @@ MAX_CONTEXTS = 16  # per socket: pipecat keeps one per turn open until its audio
 
 
 class DialectSocket:
-    """One vendor-dialect WebSocket. Subclasses implement on_message (a parsed client JSON object; synchronous,
-    so a message is applied fully before the next is read) and on_event (one session event, in order)."""
+    """One vendor-dialect WebSocket. Subclasses implement apply (one parsed client JSON object and the context it
+    names; synchronous, so a message is applied fully before the next is read; a TTSError it raises becomes the
+    vendor's error message for that context) and on_event (one session event, in order)."""
 
     endpoint = "dialect"
 
@@ -60,8 +61,12 @@ class DialectSocket:
 
     # -- to implement ------------------------------------------------------------------------------------------
 
-    def on_message(self, obj: dict[str, Any]) -> None:
+    def apply(self, context_id: str, obj: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def context_id_of(self, obj: dict[str, Any]) -> Any:
+        """The context a client message is about (validated by on_message)."""
+        return obj.get("context_id")
 
     async def on_event(self, context_id: str, ev: SessionEvent) -> None:
         raise NotImplementedError
@@ -142,10 +147,25 @@ class DialectSocket:
         async with self._send_lock:
             await self.ws.send_bytes(data)
 
+    def on_message(self, obj: dict[str, Any]) -> None:
+        context_id = self.context_id_of(obj)
+        if not isinstance(context_id, str) or not context_id:
+            self.refuse(BadRequest("context_id (a non-empty string) is required", field="context_id"), None)
+            return
+        try:
+            self.apply(context_id, obj)
+        except TTSError as e:
+            self.refuse(e, context_id)
+
+    def reply(self, msg: dict[str, Any]) -> None:
+        """A message of the dialect's own (not from a session event), sent by the writer after the events it has
+        already taken from the session."""
+        self._control.put_nowait(msg)
+
     def refuse(self, e: TTSError, context_id: str | None) -> None:
         """A client message was refused: the vendor's error message, sent in order with the audio."""
         self.app.metrics.errors_total.labels(code=e.code).inc()
-        self._control.put_nowait(self.error_message(e, context_id))
+        self.reply(self.error_message(e, context_id))
 
     def close_when_done(self) -> None:
         """The client asked to close: stop reading; the writer closes once every context is done."""

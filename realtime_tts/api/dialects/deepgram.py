@@ -78,35 +78,35 @@ class DeepgramSocket(DialectSocket):
         return {"type": "Error", "err_code": e.code, "err_msg": e.message, "description": e.message,
                 **({"field": e.field} if e.field else {})}
 
-    def on_message(self, obj: dict[str, Any]) -> None:
+    def context_id_of(self, obj: dict[str, Any]) -> Any:
+        return self.current or "-"  # no ids on the wire: one utterance stream per socket
+
+    def apply(self, context_id: str, obj: dict[str, Any]) -> None:
         kind = obj.get("type")
-        try:
-            if kind == "Speak":
-                text = obj.get("text")
-                if not isinstance(text, str):
-                    raise BadRequest("Speak needs text (a string)", field="text")
-                if text:
-                    self.session.text(self._context(), text)
-            elif kind == "Flush":
-                if self.current is None:  # nothing pending: answered at once
-                    self._control.put_nowait(self._flushed())
-                else:
-                    self.session.flush(self.current)
-            elif kind == "Clear":
-                if self.current is None:
-                    self._control.put_nowait(self._cleared())
-                else:
-                    self.session.cancel(self.current)  # its ContextDone answers Cleared
-                    self.current = None
-            elif kind == "Close":
-                if self.current is not None:
-                    self.session.end(self.current)  # what was sent is spoken, then the socket closes
-                    self.current = None
-                self.close_when_done()
+        if kind == "Speak":
+            text = obj.get("text")
+            if not isinstance(text, str):
+                raise BadRequest("Speak needs text (a string)", field="text")
+            if text:
+                self.session.text(self._context(), text)
+        elif kind == "Flush":
+            if self.current is None:  # nothing pending: answered at once
+                self.reply(self._flushed())
             else:
-                raise BadRequest(f"type {kind!r} is not one of Speak, Flush, Clear, Close", field="type")
-        except TTSError as e:
-            self.refuse(e, self.current)
+                self.session.flush(self.current)
+        elif kind == "Clear":
+            if self.current is None:
+                self.reply(self._cleared())
+            else:
+                self.session.cancel(self.current)  # its ContextDone answers Cleared
+                self.current = None
+        elif kind == "Close":
+            if self.current is not None:
+                self.session.end(self.current)  # what was sent is spoken, then the socket closes
+                self.current = None
+            self.close_when_done()
+        else:
+            raise BadRequest(f"type {kind!r} is not one of Speak, Flush, Clear, Close", field="type")
 
     def _context(self) -> str:
         if self.current is None:

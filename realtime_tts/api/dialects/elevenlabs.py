@@ -121,17 +121,10 @@ class ElevenLabsSocket(DialectSocket):
             msg["contextId"] = context_id
         return msg
 
-    def on_message(self, obj: dict[str, Any]) -> None:
-        context_id = obj.get("context_id", DEFAULT_CONTEXT) if self.multi else DEFAULT_CONTEXT
-        if not isinstance(context_id, str) or not context_id:
-            self.refuse(BadRequest("context_id must be a non-empty string", field="context_id"), None)
-            return
-        try:
-            self._apply(context_id, obj)
-        except TTSError as e:
-            self.refuse(e, context_id)
+    def context_id_of(self, obj: dict[str, Any]) -> Any:
+        return obj.get("context_id", DEFAULT_CONTEXT) if self.multi else DEFAULT_CONTEXT
 
-    def _apply(self, context_id: str, obj: dict[str, Any]) -> None:
+    def apply(self, context_id: str, obj: dict[str, Any]) -> None:
         if obj.get("close_socket") is True:
             for cid, ctx in list(self.contexts.items()):
                 self._close(cid, ctx, finish=True)
@@ -144,7 +137,7 @@ class ElevenLabsSocket(DialectSocket):
         ctx = self.contexts.get(context_id)
         if obj.get("close_context") is True:
             if ctx is None:  # unknown or finished: nothing to stop, but the client waits for its isFinal
-                self._control.put_nowait(self._tag(context_id, {"isFinal": True}))
+                self.reply(self._tag(context_id, {"isFinal": True}))
             else:
                 # right after the final flush: the turn's end; anything else (a second close_context, text
                 # since the last flush): an interruption

@@ -15,3 +15,14 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def git_commit(repo: Path) -> str:
+    """The short commit the benchmark ran at ("unknown" outside a git checkout)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                              check=False).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"

@@ -1,13 +1,11 @@
-"""Engine audio inside the service: float32 → int16 PCM, pacing (silence trimming at segment joins),
-framing, and decoding of uploaded reference recordings (soundfile). Wire formats (resampling, encodings,
-containers) are audio_out.py's.
+"""Engine audio inside the service: float32 → int16 PCM, pacing (silence trimming at segment joins) and
+framing. Wire formats (resampling, encodings, containers) are audio_out.py's; reference uploads are
+voices/reference.py's.
 
-Leaf module: numpy and soundfile only; imports nothing from the package.
+Leaf module: numpy only; imports nothing from the package.
 """
 
 from __future__ import annotations
-
-import io
 
 import numpy as np
 
@@ -25,14 +23,6 @@ def to_pcm16(samples: np.ndarray) -> bytes:
 
 def from_pcm16(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
-
-
-def decode(data: bytes) -> tuple[np.ndarray, int]:
-    """An uploaded recording (wav/flac/ogg/mp3...) → (float32 mono samples, sample rate)."""
-    import soundfile as sf
-
-    samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)  # [num_samples, channels]
-    return samples.mean(axis=1).astype(np.float32), int(rate)
 
 
 class Pacer:

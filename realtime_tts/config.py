@@ -80,6 +80,10 @@ class OmniVoiceConfig:
                                  "segment gets a deadline; steps sized by a step-time model measured at "
                                  "start-up).", default="class")
     voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
+    voice_continuity: bool = _doc("One voice per conversation: in auto/design mode the first segment of a socket or "
+                                  "session becomes the voice prompt of every later segment (off: each segment "
+                                  "samples its own voice; the baseline of bench/omnivoice_continuity.py).",
+                                  default=True)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,19 @@ class DialectConfig:
 
 
 @dataclass(frozen=True)
+class SessionConfig:
+    max_contexts: int = _doc("Live contexts per session-mode WebSocket (PROTOCOL.md §2); one more is refused with "
+                             "error too_many_contexts, the socket stays open.", default=8)
+    context_idle_s: float = _doc("A session context that is not ended and receives nothing this long is ended: "
+                                 "its text is spoken, then context.done with reason idle; 0 = never.", default=20.0)
+    session_send_timeout_s: float = _doc("A session-mode client that reads nothing this long while audio waits "
+                                         "for it is closed (1008, slow_reader) and its engine work aborted; "
+                                         "0 = never.", default=15.0)
+    session_buffer_ms: int = _doc("Audio a session-mode socket holds ready to send (all its contexts together) "
+                                  "before its contexts' engine work waits for the client to read.", default=2000)
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     log_format: str = _doc("Log line format: text (human) or json (one JSON object per line, for log shippers).",
                            default="text")
@@ -137,6 +154,7 @@ class Config:
     omnivoice: OmniVoiceConfig = field(default_factory=OmniVoiceConfig)
     pacing: PacingConfig = field(default_factory=PacingConfig)
     text: TextConfig = field(default_factory=TextConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
     dialects: DialectConfig = field(default_factory=DialectConfig)
@@ -294,6 +312,11 @@ def validate(cfg: Config) -> None:
     check(cfg.pacing.first_frame_ms > 0 and cfg.pacing.frame_ms > 0, "frame sizes must be > 0 ms")
     check(cfg.dialects.unknown_vendor_voice in ("default", "error"),
           f"unknown_vendor_voice must be default or error, got {cfg.dialects.unknown_vendor_voice!r}")
+    ses = cfg.session
+    check(1 <= ses.max_contexts <= 1024, f"max_contexts must be 1..1024, got {ses.max_contexts}")
+    check(ses.context_idle_s >= 0, f"context_idle_s must be >= 0, got {ses.context_idle_s}")
+    check(ses.session_send_timeout_s >= 0, f"session_send_timeout_s must be >= 0, got {ses.session_send_timeout_s}")
+    check(ses.session_buffer_ms >= 20, f"session_buffer_ms must be >= 20, got {ses.session_buffer_ms}")
     check(cfg.logging.log_format in ("text", "json"), f"log_format must be text or json, got {cfg.logging.log_format!r}")
     check(cfg.shutdown.drain_timeout_s >= 0, f"drain_timeout_s must be >= 0, got {cfg.shutdown.drain_timeout_s}")
     check(cfg.shutdown.close_grace_s >= 0, f"close_grace_s must be >= 0, got {cfg.shutdown.close_grace_s}")

@@ -30,10 +30,15 @@ _COMMON = frozenset({
     "voice", "voice_id", "speaker", "instruct", "language", "speed", "duration", "num_step",
     "guidance_scale", "temperature", "top_p", "seed", "chunk_mode", "sample_rate", "model",
 })
-WS_STREAM_FIELDS = _COMMON | {"text", "events", "encoding", "cancel"}
-SPEECH_FIELDS = _COMMON | {"input", "text", "instructions", "response_format", "stream_format", "stream"}
-SYNTH_FIELDS = _COMMON | {"text", "response_format"}
-CLONE_FIELDS = SPEECH_FIELDS | {"ref_audio", "ref_audio_base64", "ref_text"}
+# An inline clone reference (base64 audio + its transcript), on every entry point (api/voices.py encodes it).
+_INLINE_REFERENCE = frozenset({"ref_audio", "ref_audio_base64", "ref_text"})
+COMMON_FIELDS = _COMMON  # for the session-mode parser (protocol_session)
+WS_STREAM_FIELDS = _COMMON | _INLINE_REFERENCE | {"text", "events", "encoding", "cancel", "played_ms"}
+WS_TEXT_INIT_FIELDS = WS_STREAM_FIELDS | {"flush", "end"}  # the init frame may also flush or end at once
+SPEECH_FIELDS = _COMMON | _INLINE_REFERENCE | {"input", "text", "instructions", "response_format", "stream_format",
+                                               "stream"}
+SYNTH_FIELDS = _COMMON | _INLINE_REFERENCE | {"text", "response_format"}
+CLONE_FIELDS = SPEECH_FIELDS
 DESIGN_FIELDS = SPEECH_FIELDS
 
 
@@ -72,6 +77,7 @@ class SpeechRequest:
     stream: bool | None = None  # HTTP: None = chunked audio, True = SSE, False = one buffered body
     encoding: str = "pcm_s16le"  # WS simple mode: sample encoding of the binary frames
     ref_text: str | None = None
+    ref_audio: str | None = None  # inline clone reference: base64 audio (a data: URL too), with ref_text
     warnings: tuple[str, ...] = ()
 
 
@@ -83,10 +89,11 @@ class TextMessage:
     flush: bool = False
     end: bool = False
     cancel: bool = False
+    played_ms: float | None = None  # with cancel: the audio the client played (text_spoken is judged by it)
     warnings: tuple[str, ...] = ()
 
 
-_TEXT_MESSAGE_FIELDS = frozenset({"text", "flush", "end", "cancel"})
+_TEXT_MESSAGE_FIELDS = frozenset({"text", "flush", "end", "cancel", "played_ms"})
 _MAX_WARNINGS = 16  # warnings travel in a header / the terminal frame: keep them short
 
 
@@ -217,7 +224,8 @@ def _params(r: _Reader, *, instruct_field: str = "instruct") -> Params:
     if instruct is None and instruct_field != "instruct":
         instruct = r.string("instruct")
     instruct = instruct.strip() if instruct and instruct.strip() else None
-    mode, preset = _voice_mode(voice, voice_id, speaker, instruct)
+    inline = _ref_audio(r) is not None
+    mode, preset = _voice_mode(voice, voice_id, speaker, instruct, inline)
     language = r.string("language")
     language = language.strip() if language and language.strip() else None
     sample_rate = r.integer("sample_rate", 8000, 48000)
@@ -242,8 +250,19 @@ def _params(r: _Reader, *, instruct_field: str = "instruct") -> Params:
     )
 
 
+def _ref_audio(r: _Reader) -> str | None:
+    """An inline reference recording as sent (base64); a file part of a form is not a field here."""
+    for name in ("ref_audio_base64", "ref_audio"):
+        value = r.obj.get(name)
+        if isinstance(value, str) and value.strip():
+            return value
+        if value is not None and not isinstance(value, str):
+            raise BadRequest(f"{name} must be a base64 string of the reference audio", field=name)
+    return None
+
+
 def _voice_mode(voice: str, voice_id: str | None, speaker: str | None,
-                instruct: str | None) -> tuple[VoiceMode, str | None]:
+                instruct: str | None, inline: bool = False) -> tuple[VoiceMode, str | None]:
     """The voice field → (mode, preset). Mapping documented in docs/protocol.md."""
     name = voice.lower()
     mode: VoiceMode
@@ -254,16 +273,16 @@ def _voice_mode(voice: str, voice_id: str | None, speaker: str | None,
             raise BadRequest('voice "design" needs a non-empty instruct (the voice description)', field="instruct")
         mode, preset = "design", None
     elif name == "clone":
-        if voice_id is None:
-            raise BadRequest('voice "clone" needs voice_id (a saved voice) or uploaded reference audio '
-                             "(POST /v1/audio/clone)", field="voice_id")
+        if voice_id is None and not inline:
+            raise BadRequest('voice "clone" needs voice_id (a saved voice) or reference audio (ref_audio_base64 '
+                             "+ ref_text, or POST /v1/audio/clone)", field="voice_id")
         mode, preset = "clone", None
     elif name in OPENAI_VOICES:
         mode, preset = "auto", name
     else:
         mode, preset = "auto", voice  # an engine preset; the engine validates it
-    if mode == "auto" and voice_id is not None:
-        mode = "clone"
+    if mode == "auto" and (voice_id is not None or inline):
+        mode, preset = "clone", None
     elif mode == "auto" and instruct is not None:
         mode = "design"
     return mode, preset
@@ -289,22 +308,24 @@ def parse_ws_stream(obj: Mapping[str, Any], *, max_chars: int) -> SpeechRequest:
 
 def parse_ws_text_init(obj: Mapping[str, Any], *, max_chars: int) -> SpeechRequest:
     """Init frame of WS /v1/stream/text: a "text" in it is the first chunk (may be absent)."""
-    return _ws_first(obj, max_chars=max_chars, text_required=False)
+    return _ws_first(obj, max_chars=max_chars, text_required=False, allowed=WS_TEXT_INIT_FIELDS)
 
 
-def _ws_first(obj: Mapping[str, Any], *, max_chars: int, text_required: bool) -> SpeechRequest:
-    r = _Reader(obj, WS_STREAM_FIELDS, coerce=False)
+def _ws_first(obj: Mapping[str, Any], *, max_chars: int, text_required: bool,
+              allowed: frozenset[str] = WS_STREAM_FIELDS) -> SpeechRequest:
+    r = _Reader(obj, allowed, coerce=False)
     text = _text(r, "text", max_chars, required=text_required)
     encoding = r.choice("encoding", WS_ENCODINGS, "pcm_s16le")
     return SpeechRequest(text=text, params=_params(r), response_format="pcm", encoding=encoding,
-                         warnings=r.warnings)
+                         ref_text=r.string("ref_text"), ref_audio=_ref_audio(r), warnings=r.warnings)
 
 
 def parse_text_message(obj: Mapping[str, Any], *, max_chars: int) -> TextMessage:
     r = _Reader(obj, _TEXT_MESSAGE_FIELDS, coerce=False)
     text = _text(r, "text", max_chars, required=False)
     return TextMessage(text=text, flush=bool(r.boolean("flush")), end=bool(r.boolean("end")),
-                       cancel=bool(r.boolean("cancel")), warnings=r.warnings)
+                       cancel=bool(r.boolean("cancel")), played_ms=r.number("played_ms", 0.0, 86_400_000.0),
+                       warnings=r.warnings)
 
 
 def parse_speech(obj: Mapping[str, Any], *, max_chars: int, formats: tuple[str, ...],
@@ -331,6 +352,7 @@ def parse_speech(obj: Mapping[str, Any], *, max_chars: int, formats: tuple[str, 
         stream_format=stream_format,
         stream=stream,
         ref_text=r.string("ref_text"),
+        ref_audio=_ref_audio(r),
         warnings=r.warnings,
     )
 
@@ -340,7 +362,8 @@ def parse_synth(obj: Mapping[str, Any], *, max_chars: int) -> SpeechRequest:
     r = _Reader(obj, SYNTH_FIELDS, coerce=False)
     text = _text(r, "text", max_chars, required=True)
     r.choice("response_format", ("wav",), "wav")
-    return SpeechRequest(text=text, params=_params(r), response_format="wav", stream=False, warnings=r.warnings)
+    return SpeechRequest(text=text, params=_params(r), response_format="wav", stream=False,
+                         ref_text=r.string("ref_text"), ref_audio=_ref_audio(r), warnings=r.warnings)
 
 
 @dataclass(slots=True)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
-import soundfile as sf
 
 from realtime_tts import audio
 
@@ -102,13 +99,3 @@ def test_to_pcm16_clips() -> None:
     assert pcm.tolist() == [32767, -32767, 16383]
 
 
-@pytest.mark.parametrize("fmt,subtype", [("FLAC", "PCM_16"), ("MP3", "MPEG_LAYER_III"), ("OGG", "VORBIS"),
-                                         ("WAV", "PCM_16")])
-def test_uploaded_recordings_decode_to_mono(fmt: str, subtype: str) -> None:
-    x = tone(1.0)
-    buf = io.BytesIO()
-    sf.write(buf, np.stack([x, x], axis=1), SR, format=fmt, subtype=subtype)  # a stereo upload
-    y, rate = audio.decode(buf.getvalue())
-    assert rate == SR and y.ndim == 1
-    assert abs(len(y) / rate - 1.0) < 0.1
-    assert 0.1 < float(np.sqrt(np.mean(y**2))) < 0.3

@@ -13,9 +13,11 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Message
 
 from realtime_tts import protocol
 from realtime_tts.audio_out import AudioOutput, OutputFormat
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from realtime_tts.api.app import AppState
     from realtime_tts.engine.pool import EnginePool
 
-MAX_UPLOAD_BYTES = 20 << 20  # reference recordings for cloning
+MAX_UPLOAD_BYTES = 20 << 20  # a whole form or JSON body carrying a reference recording (files included)
 
 
 def _headers(synth: Synthesis, req: SpeechRequest, out: AudioOutput, *, partial: bool) -> dict[str, str]:
@@ -39,8 +41,9 @@ def _headers(synth: Synthesis, req: SpeechRequest, out: AudioOutput, *, partial:
         "X-Stats": json.dumps(stats, separators=(",", ":")),
         "X-Request-Id": synth.id,
     }
-    if req.warnings:
-        headers["X-Warnings"] = json.dumps(list(req.warnings))
+    warnings = [*req.warnings, *synth.warnings]
+    if warnings:
+        headers["X-Warnings"] = json.dumps(warnings)
     return headers
 
 
@@ -147,15 +150,41 @@ async def _json_body(request: Request, limit: int) -> dict[str, Any]:
     return protocol.body_object(raw)
 
 
-async def _form(request: Request) -> tuple[dict[str, Any], dict[str, UploadFile]]:
-    """Multipart/urlencoded form → (string fields, uploaded files); JSON bodies are accepted too."""
+def _limited(request: Request, limit: int) -> Request:
+    """The same request whose body stream raises PayloadTooLarge once more than `limit` bytes arrived: a
+    declared Content-Length over the limit is refused before anything is read, and a chunked or lying body
+    while it streams, so no part (file parts included: Starlette's max_part_size only bounds the others) is
+    ever buffered past the limit."""
+    too_large = PayloadTooLarge(f"request body exceeds the upload limit of {limit} bytes ({limit >> 20} MiB)",
+                                field="(body)")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    received = 0
+
+    async def receive() -> Message:
+        nonlocal received
+        message = await request.receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise too_large
+        return message
+
+    return Request(request.scope, receive)
+
+
+async def _form(request: Request, limit: int = MAX_UPLOAD_BYTES) -> tuple[dict[str, Any], dict[str, UploadFile]]:
+    """Multipart/urlencoded form → (string fields, uploaded files); JSON bodies are accepted too. The whole
+    body is bounded by `limit` while it streams (413 naming it)."""
+    request = _limited(request, limit)
     ctype = request.headers.get("content-type", "")
     if ctype.startswith("application/json"):
-        return await _json_body(request, MAX_UPLOAD_BYTES * 2), {}
+        return await _json_body(request, limit), {}
     try:
-        form = await request.form(max_part_size=MAX_UPLOAD_BYTES)
-    except MultiPartException as e:  # malformed body, part too large
-        raise BadRequest(f"malformed form body: {e}", field="(body)") from None
+        form = await request.form(max_part_size=limit)
+    except (MultiPartException, HTTPException) as e:  # malformed body (Starlette wraps it as a 400 HTTPException)
+        raise BadRequest(f"malformed form body: {getattr(e, 'detail', None) or e}", field="(body)") from None
     fields: dict[str, Any] = {}
     files: dict[str, UploadFile] = {}
     for key, value in form.multi_items():

@@ -33,6 +33,8 @@ class VoicePrompt:
     num_codebooks: int
     num_frames: int
     ref_rms: float
+    key: str | None = None  # a stable name for engines that cache decoded prompts (saved voice id, ...)
+    generated: bool = False  # made from the engine's own output (one voice per conversation), not a recording
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,11 @@ class SegmentRequest:
     denoise: bool = True
     priority: Priority = PRIORITY_BULK
     deadline_s: float | None = None  # time.monotonic() by which its first audio is needed, if known
+    # One voice per conversation (engines with capabilities.continuity): the request_id of an earlier segment
+    # whose generated codes + text become this segment's prompt (it waits for them), and whether this
+    # segment's own codes come back (AudioChunk.prompt) to serve as such a prompt.
+    prompt_from: str | None = None
+    keep_codes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,7 @@ class AudioChunk:
     queue_ms: float = 0.0  # waited before generation started (first chunk of a segment)
     gen_ms: float = 0.0  # engine time spent generating this segment
     batch_size: int = 1  # items in the batch that produced it (mean over steps where batched)
+    prompt: VoicePrompt | None = None  # SegmentRequest.keep_codes: this segment's output as a voice prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +98,9 @@ class Capabilities:
     # Concurrent segments share one model step (OmniVoice): a response's next segment may start at once. Engines
     # without it (the CPU voice) start it only once the current one has audio, so it never delays first audio.
     batched: bool = False
+    # Can condition a segment on an earlier segment's generated audio (SegmentRequest.prompt_from/keep_codes):
+    # the way "auto"/"design" voices stay one speaker across segments on engines that sample a voice per call.
+    continuity: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,14 @@ import shutil
 import subprocess
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 import numpy as np
 
 from realtime_tts import errors, hub, omnivoice_text
@@ -51,6 +53,8 @@ def _worker_main(*args: Any) -> None:
 SAMPLE_RATE_HZ = 24_000
 ENGINE_NAME = "omnivoice"
 MAX_PROMPT_AUDIO_S = 60.0
+_MAX_KEPT = 4096  # as the worker's PromptBook
+_GENERATED_RMS = 0.1  # as gpu_worker/prompts.GENERATED_RMS (the worker peak-normalises such output)
 WorkerStatus = Literal["ok", "loading", "restarting", "error"]
 
 
@@ -143,7 +147,8 @@ def _prompt_payload(request: SegmentRequest) -> ipc.Prompt | None:
                                 f"not {ENGINE_NAME!r}; re-create the voice", field="voice")
     if prompt.num_codebooks < 1 or len(prompt.codes) != 2 * prompt.num_codebooks * prompt.num_frames:
         raise errors.BadRequest("voice: clone prompt codes do not match their shape", field="voice")
-    return ipc.Prompt(prompt.ref_text, prompt.codes, prompt.num_codebooks, prompt.num_frames, prompt.ref_rms)
+    return ipc.Prompt(prompt.ref_text, prompt.codes, prompt.num_codebooks, prompt.num_frames, prompt.ref_rms,
+                      key=prompt.key, generated=prompt.generated)
 
 
 def to_submit(request: SegmentRequest) -> ipc.Submit:
@@ -180,7 +185,7 @@ def to_submit(request: SegmentRequest) -> ipc.Submit:
         duration_s=request.duration_s, num_step=request.num_step, guidance_scale=request.guidance_scale,
         temperature=request.temperature, position_temperature=request.position_temperature,
         top_p=request.top_p, seed=request.seed, denoise=request.denoise, priority=request.priority,
-        deadline_s=request.deadline_s)
+        deadline_s=request.deadline_s, prompt_from=request.prompt_from, keep_codes=request.keep_codes)
 
 
 class OmniVoiceEngine:
@@ -202,11 +207,14 @@ class OmniVoiceEngine:
         self._started = False
         self._context = multiprocessing.get_context("spawn")
         self._stats_listeners: list[Callable[[ipc.Stats], None]] = []
+        # Segments whose codes their worker keeps (keep_codes): request_id → (worker, its generation), so a
+        # segment conditioned on one is sent to the same worker.
+        self._kept: OrderedDict[str, tuple[_Worker, int]] = OrderedDict()
         device = "cpu" if config.omnivoice.device == "cpu" else ("cuda" if count_gpus() else "cpu")
         self._capabilities = Capabilities(
             engine=ENGINE_NAME, model=hub.display_name(config.omnivoice.model) or ENGINE_NAME,
             sample_rate=SAMPLE_RATE_HZ, voice_modes=frozenset({"auto", "design", "clone"}), languages=None,
-            deterministic=True, device=device, batched=True)
+            deterministic=True, device=device, batched=True, continuity=True)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -395,7 +403,12 @@ class OmniVoiceEngine:
 
     # --- requests ----------------------------------------------------------------------------------------
 
-    def _pick(self) -> _Worker:
+    def _pick(self, prompt_from: str | None = None) -> _Worker:
+        if prompt_from is not None:
+            # A segment waiting for another's codes goes where they are made (the worker holds it back).
+            source = self._kept.get(prompt_from)
+            if source is not None and source[0].status == "ok" and source[0].generation == source[1]:
+                return source[0]
         ready = [w for w in self._workers if w.status == "ok"]
         if not ready:
             if any(w.status in ("loading", "restarting") for w in self._workers):
@@ -412,8 +425,14 @@ class OmniVoiceEngine:
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[AudioChunk]:
         submit = to_submit(request)
-        w = self._pick()
+        w = self._pick(request.prompt_from)
+        if submit.prompt_from is not None and self._kept.get(submit.prompt_from, (None,))[0] is not w:
+            submit = msgspec.structs.replace(submit, prompt_from=None)  # its source is gone: own prompt only
         rid = request.request_id
+        if request.keep_codes:
+            self._kept[rid] = (w, w.generation)
+            while len(self._kept) > _MAX_KEPT:
+                self._kept.popitem(last=False)
         if rid in w.in_flight:
             raise errors.BadRequest(f"request_id {rid!r} is already in flight", field="request_id")
         inbox: _Inbox = asyncio.Queue()
@@ -432,8 +451,15 @@ class OmniVoiceEngine:
                     else:
                         samples = samples.astype(np.float32)  # a writable copy
                     finished = message.last
+                    prompt = None
+                    if message.codes and message.num_codebooks > 0:
+                        prompt = VoicePrompt(ENGINE_NAME, omnivoice_text.end_with_punctuation(request.text),
+                                             message.codes, message.num_codebooks,
+                                             len(message.codes) // (2 * message.num_codebooks),
+                                             _GENERATED_RMS, key=f"gen:{rid}", generated=True)
                     yield AudioChunk(samples=samples, last=message.last, queue_ms=message.queue_ms,
-                                     gen_ms=message.gen_ms, batch_size=max(1, round(message.batch_size)))
+                                     gen_ms=message.gen_ms, batch_size=max(1, round(message.batch_size)),
+                                     prompt=prompt)
                     if finished:
                         return
                 elif isinstance(message, ipc.Failed):

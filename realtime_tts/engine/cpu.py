@@ -4,8 +4,9 @@ One fresh interpreter per core (`python -m realtime_tts.engine.cpu`), each with 
 session + G2P): hibari's G2P and DSP hold the GIL, so threads do not scale across cores and processes do. Jobs
 are taken in priority order (first audio of a turn first, then streams about to run dry, then bulk); the web
 process only sends text and receives float32 audio over a socket pair (asyncio streams: the loop never blocks on
-a worker). Only the in-package voice "heart" is used, so nothing is ever downloaded. Must not import torch
-or the OmniVoice engine.
+a worker). Voices: hibari's registry as installed (heart is inside the wheel; the others only where hibari has
+downloaded them before: this server never downloads); OpenAI's names map to them (voices/presets.py), falling
+back to heart with a warning. Must not import torch or the OmniVoice engine.
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ from realtime_tts.engine.base import (
 )
 from realtime_tts.errors import BadRequest, EngineDead, EngineUnavailable, Overloaded, UnsupportedVoiceMode
 from realtime_tts.protocol import OPENAI_VOICES
+from realtime_tts.voices.presets import HIBARI_DEFAULT, HIBARI_VOICES, hibari_voice
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
-VOICE = "heart"  # the only voice inside the wheel (American English, female)
+VOICE = HIBARI_DEFAULT  # the voice inside the wheel (American English, female)
 MODEL_ID = "hibari-heart"
-# Every OpenAI voice name and "auto"/"base" map to the one built-in voice (documented in docs/protocol.md).
-PRESETS = (VOICE, *OPENAI_VOICES)
+# hibari's voice names and OpenAI's (mapped by voices/presets.py; documented in docs/protocol.md).
+PRESETS = (*HIBARI_VOICES, *OPENAI_VOICES)
 ENGLISH = ("en", "en-us", "en_us", "en-gb", "en_gb", "english", "auto")
 GPU_ENGINE = "omnivoice"
 # Admission limit: jobs waiting for a worker, per worker (beyond it: Overloaded, retry later).
@@ -64,26 +66,38 @@ LOAD_TIMEOUT_S = 120.0
 # -- the worker process ----------------------------------------------------------------------------------------
 
 def _worker_main(conn: Connection, threads: int) -> None:
-    """Worker process: load the voice once, then answer (text, sentence, speed, seed) jobs with (t_start, t_end,
-    phonemes, float32 audio bytes) until the pipe closes (the web process went away). A segment's first job
-    has sentence None: G2P of the text, its first sentence spoken, the sentences' phonemes sent back once; each
-    later job carries just its sentence's phonemes (text "") and gets None back."""
+    """Worker process: load the default voice once, then answer (text, sentence, speed, seed, voice) jobs with
+    (t_start, t_end, phonemes, float32 audio bytes) until the pipe closes (the web process went away). A
+    segment's first job has sentence None: G2P of the text, its first sentence spoken, the sentences' phonemes
+    sent back once; each later job carries just its sentence's phonemes (text "") and gets None back. Other
+    installed voices load on first use (each its own model and G2P variant)."""
     try:
         from hibari import Hibari  # imported here: only worker processes need onnxruntime
+        from hibari.voices import voice_path
 
-        tts = Hibari(voice=VOICE, threads=threads)
-        tts("Warm up.", seed=0)  # loads the G2P tables and touches every ONNX kernel once
+        voices = {VOICE: Hibari(voice=VOICE, threads=threads)}
+        voices[VOICE]("Warm up.", seed=0)  # loads the G2P tables and touches every ONNX kernel once
+        installed = []
+        for name in HIBARI_VOICES:
+            try:
+                voice_path(name, download_missing=False)  # never downloads: offline hosts stay offline
+                installed.append(name)
+            except (FileNotFoundError, ValueError):
+                pass
     except Exception as e:  # noqa: BLE001 — the process edge: reported to the web process, which raises
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", (os.getpid(), tuple(installed))))
     while True:
         try:
-            text, sentence, speed, seed = conn.recv()
+            text, sentence, speed, seed, voice = conn.recv()
         except (EOFError, OSError):
             return
         try:
             t_start = time.perf_counter()
+            if voice not in voices:
+                voices[voice] = Hibari(voice=voice, threads=threads)
+            tts = voices[voice]
             phonemes: list[str] | None = None
             if sentence is None:
                 phonemes = list(tts.phonemize(text))
@@ -129,6 +143,7 @@ class _Worker:
         self.detail = ""
         self.restarts = 0
         self.busy = False
+        self.installed: tuple[str, ...] = (VOICE,)  # voices this worker's hibari has on disk
 
     async def start(self) -> None:
         # A fresh interpreter (never fork: the web process has threads), started as its own module rather than
@@ -149,6 +164,7 @@ class _Worker:
         if kind != "ready":
             await self._reap()
             raise EngineUnavailable(f"CPU voice failed to load: {info}")
+        self.installed = tuple(info[1])
         self.status, self.detail = "ok", ""
 
     async def _recv(self) -> Any:
@@ -362,8 +378,8 @@ class CpuEngine:
                 f"(start the server with --model DIR)", field="voice")
         preset = request.voice.preset
         if preset is not None and preset.lower() not in PRESETS:
-            raise BadRequest(f"voice {preset!r} is not a preset of the CPU voice; use auto, base or one of "
-                             f"{', '.join(PRESETS)}", field="voice")
+            raise BadRequest(f"voice {preset!r} is not a preset of the CPU voice; use auto, base, a saved voice "
+                             f"(needs {GPU_ENGINE!r}) or one of {', '.join(PRESETS)}", field="voice")
         if request.language is not None and request.language.lower() not in ENGLISH:
             raise BadRequest(f"language {request.language!r}: the CPU voice speaks English only (en); other "
                              f"languages need the {GPU_ENGINE!r} engine", field="language")
@@ -375,6 +391,7 @@ class CpuEngine:
         if self._pool.queued >= MAX_QUEUED_PER_WORKER * self._pool.num_workers:
             raise Overloaded("CPU voice queue is full", retry_after_ms=500)
         rid = request.request_id
+        voice = self.voice_for(request.voice.preset)[0]
         t_submit = time.perf_counter()
         self._active.add(rid)
         try:
@@ -388,7 +405,7 @@ class CpuEngine:
                 deadline = request.deadline_s if priority != PRIORITY_FIRST else None
                 # The text goes once (G2P in the worker); later jobs carry only their sentence's phonemes.
                 text, sentence = (request.text, None) if phonemes is None else ("", phonemes[index])
-                job = self._pool.submit((text, sentence, request.speed, request.seed), priority, deadline)
+                job = self._pool.submit((text, sentence, request.speed, request.seed, voice), priority, deadline)
                 t_start, t_end, sentences, pcm = await job
                 phonemes = phonemes if phonemes is not None else sentences
                 assert phonemes is not None
@@ -399,6 +416,20 @@ class CpuEngine:
         finally:
             self._active.discard(rid)
             self._aborted.discard(rid)
+
+    def voice_for(self, preset: str | None) -> tuple[str, str | None]:
+        """The hibari voice a preset plays here, and a warning when it had to fall back to the default (the
+        voice it maps to is not installed: hibari downloads voices once, this server never does)."""
+        wanted = hibari_voice(preset)
+        if all(wanted in w.installed for w in self._pool.workers):
+            return wanted, None
+        return VOICE, (f"voice {preset!r}: hibari voice {wanted!r} is not installed on this server, {VOICE!r} "
+                       f"speaks instead (hibari downloads it once: `hibari --voice {wanted} hi` where the network "
+                       "allows)")
+
+    def preset_warning(self, preset: str | None) -> str | None:
+        """For the service: the warning a request with this preset gets (None: it plays as named)."""
+        return self.voice_for(preset)[1]
 
     async def abort(self, request_id: str) -> None:
         if request_id in self._active:

@@ -21,6 +21,12 @@ class Prompt(msgspec.Struct, frozen=True):
     num_codebooks: int
     num_frames: int
     ref_rms: float
+    # Workers keep decoded prompts in an LRU under this key (a saved voice id, "gen:<request_id>"), so a hot
+    # voice is turned into tensors once per worker; None: decoded for this segment only.
+    key: str | None = None
+    # Made from generated codes (one voice per conversation): the output keeps the peak normalisation of
+    # auto/design audio instead of a clone's reference loudness.
+    generated: bool = False
 
 
 class WorkerOptions(msgspec.Struct, frozen=True):
@@ -65,6 +71,12 @@ class Submit(msgspec.Struct, tag="submit", frozen=True):
     denoise: bool = True
     priority: int = 2
     deadline_s: float | None = None  # time.monotonic() (system-wide on Linux, so valid across processes)
+    # The request_id of an earlier segment sent to this worker whose generated codes and text become this
+    # segment's prompt; the worker holds this segment back until they exist (gpu_worker/prompts.py). When
+    # that segment is gone (failed, cancelled, forgotten) this one runs on `prompt` (None: unconditioned).
+    prompt_from: str | None = None
+    # Send this segment's generated codes back with its audio (Audio.codes) and keep them for prompt_from.
+    keep_codes: bool = False
 
 
 class Abort(msgspec.Struct, tag="abort", frozen=True):
@@ -109,6 +121,8 @@ class Audio(msgspec.Struct, tag="audio", frozen=True):
     queue_ms: float = 0.0
     gen_ms: float = 0.0
     batch_size: float = 1.0  # mean items per step over this segment's steps
+    codes: bytes = b""  # Submit.keep_codes: the generated codes, int16 little-endian [num_codebooks, frames]
+    num_codebooks: int = 0
 
 
 class VoiceEncoded(msgspec.Struct, tag="voice_encoded", frozen=True):

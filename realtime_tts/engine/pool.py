@@ -130,6 +130,9 @@ class EnginePool:
                     "presets": list(caps.presets),
                     "deterministic": caps.deterministic,
                     "device": caps.device,
+                    # One voice per conversation (docs/protocol.md): OmniVoice conditions later segments on the
+                    # first one's audio; an engine of named voices keeps one voice without that.
+                    "voice_continuity": "first segment as prompt" if caps.continuity else "named voices",
                 },
             })
         return out

@@ -8,6 +8,8 @@ module for the target).
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
 import os
 import queue
@@ -24,9 +26,14 @@ import msgspec
 from realtime_tts import errors
 from realtime_tts.engine import ipc
 from realtime_tts.engine.base import VoicePrompt
+from realtime_tts.gpu_worker.prompts import Generated, Gone, PromptBook
 from realtime_tts.gpu_worker.scheduler import Scheduler, StepPlan, StepTimeModel
 
 log = logging.getLogger("realtime_tts.worker")
+# What the step loop takes: messages from the web process, and the loop's own notes from the decode thread.
+Inbox = queue.Queue[ipc.ToWorker | Generated | Gone]
+# Decoded prompts a worker keeps (saved voices, conversation prompts): a hot voice is made into tensors once.
+PROMPT_CACHE_SIZE = 256
 # The step loop's own host work per step (scheduler, bookkeeping), added to the measured step times.
 _LOOP_HOST_S = 0.0003
 
@@ -60,6 +67,10 @@ class Backend(Protocol):
         """Run once in the decode thread before its first decode (e.g. select the device)."""
 
     def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt: ...
+
+    def codes(self, state: Any) -> tuple[bytes, int]:
+        """A finished state's generated codes: (int16 little-endian [num_codebooks, frames], num_codebooks).
+        Called from the decode thread (waits for the device like decode)."""
 
     def counters(self) -> tuple[int, int]:
         """(CUDA graph hits, misses) so far."""
@@ -104,6 +115,7 @@ class ModelBackend:
         else:
             self.max_batch_items, self.max_batch_tokens = 256, 1 << 30
         self._rng = random.Random()
+        self._prompts: collections.OrderedDict[str, Any] = collections.OrderedDict()  # key → ClonePrompt
         self.step_points: list[tuple[int, float]] | None = None
         # Codec decodes run on their own stream (decode thread), beside the steps instead of between them.
         self._decode_stream: Any = (torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
@@ -167,13 +179,25 @@ class ModelBackend:
             points.append((bucket, statistics.median(times)))
         return points
 
+    def _clone_prompt(self, p: ipc.Prompt) -> Any:
+        """ipc.Prompt → ClonePrompt (codes as a tensor), through the LRU when the prompt has a key."""
+        key = p.key
+        prompt = self._prompts.get(key) if key is not None else None
+        if key is not None and prompt is not None and prompt.ref_text == p.ref_text \
+                and prompt.codes.shape[-1] == p.num_frames:
+            self._prompts.move_to_end(key)
+            return prompt
+        prompt = self._ov.ClonePrompt.from_voice_prompt(VoicePrompt("omnivoice", p.ref_text, p.codes,
+                                                                    p.num_codebooks, p.num_frames, p.ref_rms))
+        if p.key is not None:
+            self._prompts[p.key] = prompt
+            while len(self._prompts) > PROMPT_CACHE_SIZE:
+                self._prompts.popitem(last=False)
+        return prompt
+
     def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
         ov = self._ov
-        prompt = None
-        if submit.prompt is not None:
-            p = submit.prompt
-            prompt = ov.ClonePrompt.from_voice_prompt(VoicePrompt("omnivoice", p.ref_text, p.codes,
-                                                                  p.num_codebooks, p.num_frames, p.ref_rms))
+        prompt = self._clone_prompt(submit.prompt) if submit.prompt is not None else None
         params = ov.DecodeParams(num_step=submit.num_step, guidance_scale=submit.guidance_scale,
                                  position_temperature=submit.position_temperature,
                                  class_temperature=submit.temperature)
@@ -183,6 +207,8 @@ class ModelBackend:
         item = ov.prepare(self.model, submit.text, language=submit.language, instruct=submit.instruct,
                           prompt=prompt, speed=submit.speed, duration_s=submit.duration_s, params=params,
                           denoise=submit.denoise, seed=seed)
+        if submit.prompt is not None and submit.prompt.generated:
+            item = dataclasses.replace(item, ref_rms=None)  # loudness as auto/design audio (match_loudness)
         self.runner.check(item)
         state = ov.ItemState.start(item)  # on the host: the runner copies it into a device slot at its first step
         return state, item.num_tokens, len(item.reveal)
@@ -205,8 +231,8 @@ class ModelBackend:
                     stream.wait_event(event)  # the grids were copied out of their slots on the step stream
                 with torch.cuda.stream(stream):
                     waves = self.runner.decode(states)
-        return [self._ov.match_loudness(w, s.item.ref_rms).astype("<f4").tobytes()
-                for w, s in zip(waves, states, strict=True)]
+        return [self._ov.fade_edges(self._ov.match_loudness(w, s.item.ref_rms), self.sample_rate).astype("<f4")
+                .tobytes() for w, s in zip(waves, states, strict=True)]
 
     def bind_thread(self) -> None:
         if self.device.startswith("cuda"):
@@ -222,6 +248,12 @@ class ModelBackend:
         with self._cuda_lock:  # the codec is the decode thread's too
             vp = self.model.encode_prompt(wave, sample_rate, ref_text).to_voice_prompt()
         return ipc.Prompt(vp.ref_text, vp.codes, vp.num_codebooks, vp.num_frames, vp.ref_rms)
+
+    def codes(self, state: Any) -> tuple[bytes, int]:
+        if state.ready is not None:
+            state.ready.synchronize()  # the grid is copied out of its device slot on the step stream
+        grid = state.tokens.cpu().numpy().astype("<i2")  # [8, frames]
+        return grid.tobytes(), int(grid.shape[0])
 
     def counters(self) -> tuple[int, int]:
         """(CUDA graph hits, misses) so far."""
@@ -256,6 +288,7 @@ class _Segment:
     state: Any
     submitted_s: float
     priority: int
+    keep_codes: bool = False  # Submit.keep_codes: codes go back with the audio and to dependents
     queue_ms: float = 0.0
     sum_batch: int = 0  # sum over its steps of the batch size, for the mean
     num_steps_run: int = 0
@@ -275,7 +308,7 @@ class _Outbox:
             self._conn.send_bytes(ipc.encode(message))
 
 
-def _read_loop(conn: Connection, inbox: queue.Queue[ipc.ToWorker]) -> None:
+def _read_loop(conn: Connection, inbox: Inbox) -> None:
     """Pipe → queue, so the step loop can take messages without blocking between steps."""
     while True:
         try:
@@ -315,7 +348,8 @@ def device_is_broken(exc: BaseException) -> bool:
 class WorkerLoop:
     """The step loop, independent of the process plumbing and of torch (given a Backend)."""
 
-    def __init__(self, options: ipc.WorkerOptions, backend: Backend, inbox: queue.Queue[ipc.ToWorker],
+    def __init__(self, options: ipc.WorkerOptions, backend: Backend,
+                 inbox: Inbox,
                  send: Any) -> None:
         self.options = options
         self.backend = backend
@@ -332,6 +366,7 @@ class WorkerLoop:
                                    admit_interval_s=options.admit_interval_s, max_active=options.max_active,
                                    step_model=step_model)
         self.segments: dict[str, _Segment] = {}
+        self.prompts = PromptBook()  # segments waiting for an earlier segment's codes (Submit.prompt_from)
         self.running = True
         self._last_stats_s = 0.0
         self._last_step_ms = 0.0
@@ -375,21 +410,34 @@ class WorkerLoop:
             except queue.Empty:
                 return
 
-    def _handle(self, message: ipc.ToWorker) -> None:
+    def _handle(self, message: ipc.ToWorker | Generated | Gone) -> None:
         if isinstance(message, ipc.Submit):
-            self._admit(message)
+            ready = self.prompts.take(message)
+            if ready is not None:
+                self._admit(ready)
+        elif isinstance(message, Generated):
+            for ready in self.prompts.generated(message.request_id, message.codes, message.num_codebooks):
+                self._admit(ready)
+        elif isinstance(message, Gone):
+            for ready in self.prompts.gone(message.request_id):
+                self._admit(ready)
         elif isinstance(message, ipc.Abort):
             if self.scheduler.cancel(message.request_id):
                 segment = self.segments.pop(message.request_id, None)  # its id may be reused right away
                 if segment is not None:
                     self.backend.release(segment.state)
                 self.send(ipc.Failed(message.request_id, errors.Cancelled.code, "cancelled"))
+            elif self.prompts.drop(message.request_id):  # still waiting for its prompt
+                self.send(ipc.Failed(message.request_id, errors.Cancelled.code, "cancelled"))
+            for ready in self.prompts.gone(message.request_id):
+                self._admit(ready)
         elif isinstance(message, ipc.EncodeVoice):
             self._encode_voice(message)
         elif isinstance(message, ipc.Shutdown):
             self.running = False
 
     def _fail(self, request_id: str, exc: BaseException) -> None:
+        self.inbox.put(Gone(request_id))  # from either thread: the loop thread releases its dependents
         if isinstance(exc, errors.TTSError):
             self.send(ipc.Failed(request_id, exc.code, exc.message, exc.field))
         else:
@@ -412,7 +460,7 @@ class WorkerLoop:
                                  f"{self.backend.max_batch_tokens} one step can hold; send shorter text or "
                                  "let the server split it (chunk_mode concurrent)", "text"))
             return
-        self.segments[submit.request_id] = _Segment(state, time.monotonic(), submit.priority)
+        self.segments[submit.request_id] = _Segment(state, time.monotonic(), submit.priority, submit.keep_codes)
         self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
                            priority=submit.priority, deadline_s=submit.deadline_s)
 
@@ -496,7 +544,12 @@ class WorkerLoop:
     def _decode_job(self, request_ids: list[str], segments: list[_Segment]) -> None:
         """In the decode thread: decode together, send each (send is thread-safe)."""
         t0 = time.perf_counter()
+        codes: dict[str, tuple[bytes, int]] = {}
         try:
+            for request_id, segment in zip(request_ids, segments, strict=True):
+                if segment.keep_codes:  # before the codec runs: segments waiting for them start sooner
+                    codes[request_id] = self.backend.codes(segment.state)
+                    self.inbox.put(Generated(request_id, *codes[request_id]))
             audio = self.backend.decode([s.state for s in segments])
             with self._activity_lock:
                 act = self._activity
@@ -509,9 +562,11 @@ class WorkerLoop:
             return
         done = time.monotonic()
         for request_id, segment, samples in zip(request_ids, segments, audio, strict=True):
+            grid, num_codebooks = codes.get(request_id, (b"", 0))
             self.send(ipc.Audio(request_id, samples, "f32le", self.backend.sample_rate, last=True,
                                 queue_ms=segment.queue_ms, gen_ms=(done - segment.gen_start_s) * 1000.0,
-                                batch_size=segment.sum_batch / max(1, segment.num_steps_run)))
+                                batch_size=segment.sum_batch / max(1, segment.num_steps_run), codes=grid,
+                                num_codebooks=num_codebooks))
 
     def _maybe_send_stats(self) -> None:
         """At most one report per stats_interval_s, and none while idle and unchanged."""
@@ -526,7 +581,8 @@ class WorkerLoop:
         s = self.scheduler.stats()
         plan = self._last_plan
         hits, misses = self.backend.counters()
-        stats = ipc.Stats(self.options.worker_id, s.num_waiting, s.num_running, s.num_steps_run, s.num_finished,
+        # Segments waiting for an earlier segment's codes count as waiting: routing and /metrics see them.
+        stats = ipc.Stats(self.options.worker_id, s.num_waiting + len(self.prompts), s.num_running, s.num_steps_run, s.num_finished,
                           s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
                           plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms)
         if not self._recent_step_ms and self._last_stats is not None and msgspec.structs.replace(
@@ -548,7 +604,7 @@ def main(options: ipc.WorkerOptions, conn_in: Connection, conn_out: Connection) 
         log.exception("failed to load the OmniVoice model from %s", options.model_dir)
         send(ipc.Fatal(options.worker_id, f"cannot load model from {options.model_dir}: {exc}"))
         raise SystemExit(1) from None
-    inbox: queue.Queue[ipc.ToWorker] = queue.Queue()
+    inbox: Inbox = queue.Queue()
     threading.Thread(target=_read_loop, args=(conn_in, inbox), daemon=True, name="ipc-reader").start()
     send(ipc.Ready(options.worker_id, backend.device, backend.sample_rate, backend.model_name, os.getpid()))
     try:

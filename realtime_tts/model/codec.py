@@ -135,6 +135,20 @@ class Codec:
         return ClonePrompt(codes=codes.long().cpu(), ref_text=text, ref_rms=rms)
 
 
+def fade_edges(wave: np.ndarray, sample_rate: int, fade_s: float = 0.1) -> np.ndarray:
+    """The released model's output edge rule (its post-processing fades every generation in and out, linearly,
+    over 100 ms, or half the audio when shorter): the codec's first and last samples can jump (random weights:
+    a 0.2 full-scale step at every segment start), which is a click wherever segments are joined."""
+    k = min(int(fade_s * sample_rate), wave.shape[-1] // 2)
+    if k <= 0:
+        return wave
+    out = wave.astype(np.float32, copy=True)
+    ramp = np.linspace(0.0, 1.0, k, dtype=np.float32)
+    out[..., :k] *= ramp
+    out[..., -k:] *= ramp[::-1]
+    return out
+
+
 def match_loudness(wave: np.ndarray, ref_rms: float | None) -> np.ndarray:
     """The released model's output level rule: a clone of a quiet reference (RMS < 0.1) is scaled back
     down to its level; otherwise (no reference) the peak is normalised to 0.5."""

@@ -21,6 +21,7 @@ from realtime_tts.engine.base import (
 )
 from realtime_tts.omnivoice_text import FRAME_RATE_HZ, target_frames
 from realtime_tts.protocol import Params
+from realtime_tts.service.continuity import Continuity
 from realtime_tts.service.stats import Stats
 from realtime_tts.text import Unit, normalize_space, split_text, text_length
 
@@ -100,13 +101,14 @@ class Plan:
     and the estimates its deadlines read (when the first audio is due, the audio planned so far)."""
 
     def __init__(self, synth_id: str, params: Params, voice: Voice, *, engine: str, streaming: bool,
-                 stats: Stats):
+                 stats: Stats, continuity: Continuity | None = None):
         self._id = synth_id
         self._params = params
         self._voice = voice
         self._engine = engine
         self._streaming = streaming
         self._stats = stats
+        self.continuity = continuity  # which segment is conditioned on which (None: the engine needs none)
         self.duration_share: dict[int, float] = {}
         self.first_due: float | None = None  # time.monotonic() the first audio is expected by
         self.planned_audio_s = 0.0  # estimated audio of the segments created so far (streaming only)
@@ -122,7 +124,10 @@ class Plan:
                                                      prompt=self._voice.prompt,
                                                      duration_s=self.duration_share.get(index))
 
-    def request(self, index: int, unit: Unit, *, request_id: str | None = None) -> SegmentRequest:
+    def request(self, index: int, unit: Unit, *, request_id: str | None = None, shaped: bool = True
+                ) -> SegmentRequest:
+        """Unit's SegmentRequest as segment index; shaped=False: without continuity's part (a request that is
+        only checked, never sent)."""
         p = self._params
         priority: Priority = PRIORITY_FIRST if index == 0 else (PRIORITY_STREAM if self._streaming else PRIORITY_BULK)
         deadline = None
@@ -137,7 +142,8 @@ class Plan:
             kwargs["guidance_scale"] = p.guidance_scale
         if p.temperature is not None:
             kwargs["temperature"] = p.temperature
-        return SegmentRequest(
+        request = SegmentRequest(
             request_id=request_id or f"{self._id}-{index}", text=unit.text, voice=self._voice, language=p.language,
             speed=p.speed, duration_s=self.duration_share.get(index), top_p=p.top_p, seed=p.seed, priority=priority,
             deadline_s=deadline, **kwargs)
+        return self.continuity.shape(index, request) if self.continuity is not None and shaped else request

@@ -98,6 +98,8 @@ class Production:
                 if speakable(unit.text):
                     seg = self.launch(index, unit, request, name=f"synth-{self._id}-seg{index}")
                 else:  # only punctuation/emoji: no engine work, but the segment (and its offsets) stays in the stream
+                    if self._plan.continuity is not None:  # never sent: it cannot be anyone's voice prompt
+                        self._plan.continuity.finished(request.request_id)
                     seg = Segment(index, unit, request, asyncio.Queue())
                     seg.chunks.put_nowait(None)
                     seg.has_audio.set()
@@ -111,6 +113,8 @@ class Production:
         try:
             async with contextlib.aclosing(engine.synthesize(seg.request)) as chunks:  # type: ignore[type-var]
                 async for chunk in chunks:
+                    if chunk.prompt is not None and self._plan.continuity is not None:
+                        self._plan.continuity.learn(seg.request.request_id, chunk.prompt)
                     seg.chunks.put_nowait(chunk)
                     if not seg.has_audio.is_set():
                         seg.has_audio.set()
@@ -124,6 +128,8 @@ class Production:
             log.exception("engine %s failed on segment %s", engine.capabilities.engine, seg.request.request_id)
             seg.chunks.put_nowait(TTSError(f"engine error: {type(e).__name__}: {e}"))
         finally:
+            if self._plan.continuity is not None:
+                self._plan.continuity.finished(seg.request.request_id)
             seg.has_audio.set()
             # Every engine request is aborted here: a no-op when it finished, a stop when it did not.
             await engine.abort(seg.request.request_id)

@@ -10,20 +10,23 @@ import numpy as np
 from realtime_tts.config import Config
 from realtime_tts.engine.base import Engine, VoicePrompt
 from realtime_tts.engine.pool import EnginePool
-from realtime_tts.errors import NotFound
 from realtime_tts.metrics import Metrics
 from realtime_tts.protocol import Params, SpeechRequest
+from realtime_tts.service.continuity import VoiceThread
 from realtime_tts.service.synthesis import Synthesis
 from realtime_tts.text import Unit
+from realtime_tts.voices import select
+from realtime_tts.voices.store import VoiceStore
 
 
 class Service:
     """Builds Synthesis objects for the API layer and keeps the request metrics."""
 
-    def __init__(self, config: Config, pool: EnginePool, metrics: Metrics):
+    def __init__(self, config: Config, pool: EnginePool, metrics: Metrics, voices: VoiceStore | None = None):
         self.config = config
         self.pool = pool
         self.metrics = metrics
+        self.voices = voices  # the saved-voice library (voice=<id>, voice_id)
         for name, engine in pool.engines.items():
             # Engines with worker processes feed their own series (per-worker queue depth, step times, CUDA
             # graph hits/misses) from worker reports; the others get one queue_depth series here.
@@ -40,18 +43,19 @@ class Service:
 
     def open(self, request: SpeechRequest, *, endpoint: str, incremental: bool = False, streaming: bool = True,
              prompt: VoicePrompt | None = None, engine: Engine | None = None,
-             conversation: str | None = None) -> Synthesis:
+             voice_thread: VoiceThread | None = None) -> Synthesis:
         """Validate a request against its engine and start a Synthesis (nothing is generated until the
-        caller iterates events()). Raises errors.TTSError before any audio for every refusal. conversation: the
-        socket's / session's key (Synthesis.conversation), so a voice can stay the same across its responses."""
-        params = request.params
+        caller iterates events()). Raises errors.TTSError before any audio for every refusal.
+
+        voice_thread: the conversation this response belongs to (one per socket or session: its voice carries
+        over to every later response, service/continuity.py); None = a conversation of its own."""
+        params = select.saved_voice_params(request.params)
         engine = engine or self.engine_for(params)
         # params.sample_rate is the wire rate: the api layer resamples (audio_out), the engine rate stays.
-        if params.voice_mode == "clone" and prompt is None:
-            raise NotFound(f"voice_id {params.voice_id!r} not found (no saved voices yet: upload the reference "
-                           "audio to POST /v1/audio/clone)", field="voice_id")
+        params, prompt, warnings = select.resolve(params, engine, self.voices, prompt)
         synth = Synthesis(self, engine, params, endpoint=endpoint, incremental=incremental, streaming=streaming,
-                          prompt=prompt, conversation=conversation)
+                          prompt=prompt, voice_thread=voice_thread)
+        synth.warnings = warnings
         check = getattr(engine, "check", None)
         if check is not None:  # engines may refuse a request before any work is queued
             check(synth.segment_request(0, Unit(text=request.text or ".", start=0, end=0, first=True)))

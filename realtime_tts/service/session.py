@@ -1,7 +1,7 @@
 """Session core (PROTOCOL.md §2), transport-neutral: the contexts of one session-mode connection, each a
 Synthesis, and ONE ordered output of (context_id, event) for the transport to send.
 
-    session = Session(service, defaults, endpoint="ws_session", max_contexts=8, conversation="ws-ab12")
+    session = Session(service, defaults, endpoint="ws_session", max_contexts=8)   # one VoiceThread of its own
     session.text("c1", "Hello there. ")    # the first message naming an id opens it (or session.open(id, params))
     session.flush("c1"); session.end("c1"); session.speak("c2", "Whole text.")   # speak = text + end
     session.cancel("c1", played_ms=850)   # or "*": every live context; unknown/finished: already_done
@@ -33,21 +33,23 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from realtime_tts.errors import BadRequest, TooManyContexts, TTSError
 from realtime_tts.protocol import Params, SpeechRequest
+from realtime_tts.protocol_session import CONTEXT_ID_RE
+from realtime_tts.service.continuity import VoiceThread
 from realtime_tts.service.events import AudioFrame, Event, SegmentEnded, SegmentStarted
+from realtime_tts.service.heard import Heard, SpokenLog
 from realtime_tts.service.service import Service
 from realtime_tts.service.synthesis import Synthesis
 from realtime_tts.service.words import Word, estimate_words
 
 log = logging.getLogger(__name__)
 
-CONTEXT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 ALL = "*"  # cancel's "every live context"
 
 
@@ -76,17 +78,6 @@ class ContextError:
 
 
 @dataclass(frozen=True, slots=True)
-class Heard:
-    """What the listener heard of a cancelled context: text_spoken = raw[:unspoken_start]."""
-
-    text_spoken: str
-    unspoken_start: int  # code-point offset (into the context's raw text) of the first character not heard
-    granularity: Literal["segment", "word"]  # "segment": whole segments only (no engine word times)
-    played_ms: float | None  # as the client said; None: everything sent counts as heard
-    audio_sent_ms: float  # audio of the context that left the server before the cancel
-
-
-@dataclass(frozen=True, slots=True)
 class ContextDone:
     reason: Literal["end", "cancelled", "error", "idle"]
     stats: dict[str, Any] | None = None  # the stats envelope (PROTOCOL.md §5); None when already_done
@@ -94,17 +85,14 @@ class ContextDone:
     already_done: bool = False  # cancel of an unknown or finished context
 
 
-SessionEvent = Event | ContextStarted | Words | FlushDone | ContextError | ContextDone
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A transport's own message (an error reply, a pong), queued in order with the contexts' events."""
+
+    payload: Any
 
 
-@dataclass(slots=True)
-class _Sent:
-    """A segment as delivered to the transport: its text span and audio span (engine rate)."""
-
-    text_start: int
-    text_end: int
-    audio_start: int
-    audio_end: int | None = None
+SessionEvent = Event | ContextStarted | Words | FlushDone | ContextError | ContextDone | Note
 
 
 class _Context:
@@ -113,13 +101,14 @@ class _Context:
         self.slot = slot
         self.synth = synth
         self.text = ""  # everything received, concatenated (offsets point into it)
+        self.last_input = time.monotonic()  # the last message naming it
+        self.done_reason: Literal["end", "idle"] = "end"
         self.cancelled = False
         self.pump: asyncio.Task[None] | None = None
         self.flush_targets: deque[int | None] = deque()  # units to be ended per pending flush (None: all)
         self.segments_ended = 0  # by the producer
         self.segment_start: SegmentStarted | None = None  # by the producer, for word timings
-        self.sent: list[_Sent] = []  # by delivery (next())
-        self.sent_samples = 0
+        self.spoken = SpokenLog(synth.sample_rate)  # by delivery (next()): what was heard is judged from it
 
 
 class _Outbox:
@@ -138,6 +127,10 @@ class _Outbox:
     @property
     def audio_s(self) -> float:
         return self._audio_s
+
+    @property
+    def pending(self) -> int:
+        return len(self._items)
 
     async def put(self, ctx: _Context, ev: SessionEvent) -> None:
         seconds = len(ev.pcm) / 2 / ctx.synth.sample_rate if isinstance(ev, AudioFrame) else 0.0
@@ -184,12 +177,14 @@ class Session:
     before it reads the next one."""
 
     def __init__(self, service: Service, defaults: Params, *, endpoint: str = "ws_session", max_contexts: int = 8,
-                 max_buffered_s: float = 2.0, conversation: str | None = None):
+                 max_buffered_s: float = 2.0, voice_thread: VoiceThread | None = None):
         self._service = service
         self.defaults = defaults
         self.endpoint = endpoint
         self.max_contexts = max_contexts
-        self.conversation = conversation
+        # One voice per conversation (PROTOCOL.md §8): every context of the session is one thread of it, so the
+        # first segment generated in auto/design mode is the voice of all later ones (service/continuity.py).
+        self.voice_thread = voice_thread or VoiceThread()
         self._contexts: dict[str, _Context] = {}
         self._out = _Outbox(max_buffered_s)
         self._pumps: set[asyncio.Task[None]] = set()
@@ -209,7 +204,7 @@ class Session:
                                   f"{self.max_contexts}; end or cancel one first", field="context_id")
         params = dataclasses.replace(params or self.defaults, events=True)  # the session always sends segments
         synth = self._service.open(SpeechRequest(text="", params=params), endpoint=self.endpoint, incremental=True,
-                                   streaming=True, conversation=self.conversation)
+                                   streaming=True, voice_thread=self.voice_thread)
         ctx = _Context(context_id, self._slots % 65536, synth)
         self._slots += 1
         self._contexts[context_id] = ctx
@@ -261,6 +256,21 @@ class Session:
             return
         self._cancel(ctx, played_ms, stage)
 
+    def note(self, context_id: str | None, payload: Any) -> None:
+        """Queue a transport message in order with the events (yielded as (context_id or "", Note(payload)))."""
+        self._out.put_now(context_id or "", None, Note(payload))
+
+    def expire_idle(self, idle_s: float) -> None:
+        """End every context that is not ended and has received nothing for idle_s: its text is spoken, then
+        ContextDone("idle"). Call it now and then (the transport's timer)."""
+        if idle_s <= 0:
+            return
+        now = time.monotonic()
+        for ctx in list(self._contexts.values()):
+            if not ctx.synth.ended and now - ctx.last_input >= idle_s:
+                ctx.done_reason = "idle"
+                ctx.synth.end()
+
     # -- output ------------------------------------------------------------------------------------------------
 
     async def next(self) -> tuple[str, SessionEvent]:
@@ -284,6 +294,10 @@ class Session:
     @property
     def live_contexts(self) -> int:
         return len(self._contexts)
+
+    @property
+    def queued_events(self) -> int:
+        return self._out.pending
 
     @property
     def buffered_audio_s(self) -> float:
@@ -318,6 +332,7 @@ class Session:
         if ctx is None:
             self.open(context_id)
             ctx = self._contexts[context_id]
+        ctx.last_input = time.monotonic()
         return ctx
 
     def _writable(self, context_id: str, field: str) -> _Context:
@@ -334,31 +349,11 @@ class Session:
         if self._contexts.get(ctx.id) is ctx:
             del self._contexts[ctx.id]  # the id is free again; its ContextDone is queued before anything new
         self._out.put_now(ctx.id, ctx, ContextDone("cancelled", stats=ctx.synth.stats(),
-                                                   heard=self._heard(ctx, played_ms)))
-
-    def _heard(self, ctx: _Context, played_ms: float | None) -> Heard:
-        """Segment granularity: a segment counts as heard when its audio ended before played_ms (or was all sent,
-        without played_ms). Segments are consecutive in the text, so what was heard is a prefix."""
-        rate = ctx.synth.sample_rate
-        limit = ctx.sent_samples
-        if played_ms is not None:
-            limit = min(limit, int(played_ms * rate / 1000))
-        end = 0
-        for seg in ctx.sent:
-            if seg.audio_end is None or seg.audio_end > limit:
-                break
-            end = seg.text_end
-        return Heard(ctx.text[:end], end, "segment", played_ms, round(ctx.sent_samples / rate * 1e3, 2))
+                                                   heard=ctx.spoken.heard(ctx.text, played_ms)))
 
     def _delivered(self, ctx: _Context, ev: SessionEvent) -> None:
-        """Bookkeeping of what the transport took (what was heard is judged from it)."""
-        if isinstance(ev, AudioFrame):
-            ctx.sent_samples += len(ev.pcm) // 2
-        elif isinstance(ev, SegmentStarted):
-            ctx.sent.append(_Sent(ev.text_start, ev.text_end, ev.audio_start_sample))
-        elif isinstance(ev, SegmentEnded) and ctx.sent:
-            ctx.sent[-1].audio_end = ev.audio_end_sample
-        elif isinstance(ev, ContextDone) and self._contexts.get(ctx.id) is ctx:
+        ctx.spoken.note(ev)
+        if isinstance(ev, ContextDone) and self._contexts.get(ctx.id) is ctx:
             del self._contexts[ctx.id]
 
     def _flushes_done(self, ctx: _Context) -> None:
@@ -395,7 +390,7 @@ class Session:
         for _ in ctx.flush_targets:
             self._out.put_now(ctx.id, ctx, FlushDone())
         ctx.flush_targets.clear()
-        self._out.put_now(ctx.id, ctx, ContextDone("end", stats=synth.stats()))
+        self._out.put_now(ctx.id, ctx, ContextDone(ctx.done_reason, stats=synth.stats()))
 
     def _segment_ended(self, ctx: _Context, ev: SegmentEnded) -> None:
         ctx.segments_ended = ev.segment_index + 1

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Self
 from realtime_tts.engine.base import Engine, SegmentRequest, Voice, VoicePrompt
 from realtime_tts.errors import TTSError
 from realtime_tts.protocol import Params
+from realtime_tts.service.continuity import Continuity, VoiceThread, voice_signature
 from realtime_tts.service.events import Event
 from realtime_tts.service.output import Output
 from realtime_tts.service.planning import SPLIT_INLINE_CHARS, Plan, duration_shares, split_units
@@ -44,11 +45,8 @@ class Synthesis:
     """
 
     def __init__(self, service: Service, engine: Engine, params: Params, *, endpoint: str, incremental: bool,
-                 streaming: bool, prompt: VoicePrompt | None, conversation: str | None = None):
+                 streaming: bool, prompt: VoicePrompt | None, voice_thread: VoiceThread | None = None):
         self.id = uuid.uuid4().hex[:12]
-        # Who is listening: one key per socket / session (PROTOCOL.md §8). Engines that sample a voice per
-        # generation keep one voice per conversation by it; None = this response alone.
-        self.conversation = conversation
         self._service = service
         self._engine = engine
         self.params = params
@@ -61,8 +59,14 @@ class Synthesis:
             if incremental else None
         self._stats = Stats(self.sample_rate)
         voice = Voice(mode=params.voice_mode, instruct=params.instruct, prompt=prompt, preset=params.preset)
+        continuity = None
+        self.voice_thread: VoiceThread | None = None  # the conversation's voice (engines with continuity)
+        if engine.capabilities.continuity and cfg.omnivoice.voice_continuity:
+            self.voice_thread = voice_thread or VoiceThread()
+            self.voice_thread.adopt(voice_signature(params))
+            continuity = Continuity(self.id, self.voice_thread, voice, chunk_mode=params.chunk_mode)
         self._plan = Plan(self.id, params, voice, engine=engine.capabilities.engine, streaming=streaming,
-                          stats=self._stats)
+                          stats=self._stats, continuity=continuity)
         self._production = Production(self.id, engine, self._plan, lookahead=LOOKAHEAD[params.chunk_mode],
                                       on_first_audio=self._confirm_by_audio)
         self._speculation = Speculation(self.id, self._production, self._plan, service.metrics)
@@ -72,6 +76,7 @@ class Synthesis:
         self.units_out = 0  # units handed to production so far (each becomes one segment, in order)
         self.cancel_stage: str | None = None
         self.error: TTSError | None = None
+        self.warnings: tuple[str, ...] = ()  # e.g. a preset this engine plays with another voice
         self._recorded = False
 
     # -- text in -------------------------------------------------------------------------------------------
@@ -148,7 +153,7 @@ class Synthesis:
 
     def segment_request(self, index: int, unit: Unit) -> SegmentRequest:
         """The engine request unit would become as segment index (Service.open lets engines check it)."""
-        return self._plan.request(index, unit)
+        return self._plan.request(index, unit, shaped=False)
 
     # -- audio out -----------------------------------------------------------------------------------------
 

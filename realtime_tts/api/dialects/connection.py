@@ -15,7 +15,6 @@ import contextlib
 import json
 import logging
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
@@ -48,8 +47,8 @@ class DialectSocket:
         self.app = app
         self.max_bytes = app.config.server.max_ws_message_bytes
         self.max_chars = app.config.text.max_text_chars
-        self.session = Session(app.service, Params(), endpoint=self.endpoint, max_contexts=MAX_CONTEXTS,
-                               conversation=f"{self.endpoint}-{uuid.uuid4().hex[:8]}")
+        # one VoiceThread per socket (the Session's own): every context of the socket keeps one voice
+        self.session = Session(app.service, Params(), endpoint=self.endpoint, max_contexts=MAX_CONTEXTS)
         self.outputs: dict[str, AudioOutput] = {}  # per context: the wire audio stage
         self.last_activity = time.monotonic()  # the last client message or finished context (idle timeout)
         self.pending: set[str] = set()  # contexts opened whose ContextDone has not been sent yet

@@ -165,11 +165,18 @@ def test_cartesia_refusals_name_the_field_and_keep_the_socket(server: Server) ->
         ws.send(json.dumps({**CARTESIA, "context_id": "y", "transcript": "Hi.",
                             "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 96000}}))
         e3 = recv_json(ws)
+        # a saved voice id goes to the voice library as it is (never the default voice): on the CPU voice a saved
+        # (cloned) voice is refused naming the engine that has it
+        ws.send(json.dumps({**CARTESIA, "voice": {"mode": "id", "id": "voice_0123456789abcdef"}, "context_id": "s",
+                            "transcript": "Hi.", "continue": False}))
+        e4 = recv_json(ws)
         ws.send(json.dumps({**CARTESIA, "context_id": "ok", "transcript": "Fine.", "continue": False}))
         out = cartesia_until_done(ws, {"ok"})
     assert (e1["type"], e1["context_id"], e1["field"], e1["done"]) == ("error", "", "context_id", False)
     assert (e2["context_id"], e2["field"]) == ("x", "output_format.encoding")
     assert (e3["context_id"], e3["field"]) == ("y", "output_format.sample_rate")
+    assert (e4["context_id"], e4["field"], e4["title"]) == ("s", "voice", "unsupported_voice_mode")
+    assert "omnivoice" in e4["error"]
     assert out["ok"]["types"][-1] == "done" and out["ok"]["audio"]
 
 

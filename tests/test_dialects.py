@@ -387,3 +387,17 @@ def test_strict_voices_and_idle_sockets(tmp_path: Any) -> None:
     assert (idle["type"], idle["title"]) == ("error", "idle_timeout") and "1 s" in idle["error"]
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4008
     assert eleven_err["field"] == "voice_id" and "21m00Tcm4TlvDq8EDcDR" in eleven_err["error"]
+
+
+@pytest.mark.parametrize(("path", "shape"), [("/tts/websocket", "type"), ("/v1/speak", "err_msg"),
+                                             ("/v1/text-to-speech/alloy/multi-stream-input?output_format=pcm_24000",
+                                              "error")])
+def test_a_frame_that_is_not_json_closes_1003(server: Server, path: str, shape: str) -> None:
+    with connect(server.ws + path) as ws:
+        ws.send("{not json")
+        msgs = []
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                msgs.append(recv_json(ws, timeout=10))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+    assert shape in msgs[-1] and "JSON" in json.dumps(msgs[-1]), msgs

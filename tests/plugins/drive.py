@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -26,7 +27,7 @@ SHORT = "Hello there, this is a short test. It has a second sentence as well."
 LONG = " ".join(f"This is sentence number {i} of a long answer that the listener will interrupt." for i in range(1, 101))
 INTERRUPT_AFTER_S = 1.0
 RATE = 24000
-KEY = "test-key"
+KEY = os.environ.get("DRIVE_API_KEY", "test-key")  # a server without keys takes any
 VOICE = {"cartesia": "a0e99841-438c-4a64-b679-ae501e7d6091", "elevenlabs": "21m00Tcm4TlvDq8EDcDR",
          "deepgram": "aura-2-thalia-en", "openai": "alloy"}
 

@@ -81,6 +81,10 @@ class CartesiaSocket(DialectSocket):
             raise BadRequest("transcript must be a string", field="transcript")
         self.check_not_cancelled(context_id)
         if context_id not in self.pending:
+            if not transcript.strip() and obj.get("continue") is False:
+                # an end with nothing to say (a repeated flush, an empty turn): done, without a synthesis
+                self.reply({"type": "done", "context_id": context_id, "status_code": 206, "done": True})
+                return
             self._open(context_id, obj)
         if transcript:
             self.session.text(context_id, transcript)

@@ -11,7 +11,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import av
 import numpy as np
 import soxr
 
@@ -37,6 +36,14 @@ _RAW_TYPES = {
 }
 # WAVE format tags: PCM, IEEE float, A-law, mu-law.
 _WAV_TAGS = {"pcm_s16le": 1, "pcm_f32le": 3, "pcm_alaw": 6, "pcm_mulaw": 7}
+
+
+def _av() -> Any:
+    """PyAV, imported on first use: only the encoded formats (mp3/opus/aac/flac containers, G.711) need it, so
+    a server that sends raw PCM starts without the library (the GPU device carries no PyAV wheel)."""
+    import av
+
+    return av
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +144,7 @@ class _G711:
     and gone in 3.13). Stateless per sample, so each push encodes on its own."""
 
     def __init__(self, encoding: str, sample_rate: int):
-        self._ctx: Any = av.CodecContext.create(encoding, "w")
+        self._ctx: Any = _av().CodecContext.create(encoding, "w")
         self._ctx.sample_rate = sample_rate
         self._ctx.layout = "mono"
         self._ctx.format = "s16"
@@ -147,7 +154,7 @@ class _G711:
     def encode(self, pcm16: np.ndarray) -> bytes:
         if not len(pcm16):
             return b""
-        frame = av.AudioFrame.from_ndarray(pcm16.reshape(1, -1), format="s16", layout="mono")
+        frame = _av().AudioFrame.from_ndarray(pcm16.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = self._rate
         return b"".join(bytes(p) for p in self._ctx.encode(frame))
 
@@ -191,7 +198,7 @@ class _Encoder:
         self._rate = sample_rate
         self._sink = _Sink()
         self._file: io.BytesIO | None = io.BytesIO() if seekable else None
-        self._container: Any = av.open(self._file or self._sink, "w", format=codec.muxer,
+        self._container: Any = _av().open(self._file or self._sink, "w", format=codec.muxer,
                                        container_options=codec.options)
         self._stream: Any = self._container.add_stream(codec.codec, rate=sample_rate, layout="mono")
         ctx = self._stream.codec_context
@@ -203,9 +210,9 @@ class _Encoder:
     def push(self, samples: np.ndarray) -> bytes:
         if len(samples):
             if self._codec.sample_format == "s16":
-                frame = av.AudioFrame.from_ndarray(to_int16(samples).reshape(1, -1), format="s16", layout="mono")
+                frame = _av().AudioFrame.from_ndarray(to_int16(samples).reshape(1, -1), format="s16", layout="mono")
             else:
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples, np.float32).reshape(1, -1),
+                frame = _av().AudioFrame.from_ndarray(np.ascontiguousarray(samples, np.float32).reshape(1, -1),
                                                    format=self._codec.sample_format, layout="mono")
             frame.sample_rate = self._rate
             frame.pts = self._pts

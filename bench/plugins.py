@@ -26,7 +26,9 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests" / "plugins"))  # drive.py: the texts the plugins speak (stdlib imports only)
 
+from drive import SHORT
 from live_server import start_server, stop_server
 from machine import cpu_model
 
@@ -38,7 +40,6 @@ URL_ARG = {
     ("pipecat", "deepgram"): 'base_url="ws://HOST"', ("livekit", "deepgram"): 'base_url="http://HOST/v1/speak"',
     ("pipecat", "openai"): 'base_url="http://HOST/v1"', ("livekit", "openai"): 'base_url="http://HOST/v1"',
 }
-SHORT = "Hello there, this is a short test. It has a second sentence as well."  # = drive.SHORT
 
 
 def requests_by_status(server_http: str) -> dict[tuple[str, str], float]:

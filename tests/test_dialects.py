@@ -208,7 +208,8 @@ def eleven_url(server: Server, fmt: str, *, voice: str = "21m00Tcm4TlvDq8EDcDR",
             f"&auto_mode={str(auto_mode).lower()}")
 
 
-def eleven_until_final(ws: ClientConnection, context: str | None = "c1") -> dict[str, Any]:
+def eleven_until_final(ws: ClientConnection, context: str | None = "c1", *, cumulative: bool = False
+                       ) -> dict[str, Any]:
     out: dict[str, Any] = {"audio": b"", "chars": [], "starts": [], "durations": [], "messages": []}
     while True:
         msg = recv_json(ws)
@@ -219,7 +220,8 @@ def eleven_until_final(ws: ClientConnection, context: str | None = "c1") -> dict
         if msg.get("alignment"):
             a = msg["alignment"]
             assert msg["normalizedAlignment"] == a  # LiveKit reads the normalized one
-            offset = (out["starts"][-1] + out["durations"][-1]) if out["starts"] else 0  # times restart per message
+            # times restart per message (pipecat's reading), or count from the context's start (sync_alignment)
+            offset = (out["starts"][-1] + out["durations"][-1]) if out["starts"] and not cumulative else 0
             out["chars"] += a["chars"]
             out["starts"] += [offset + s for s in a["charStartTimesMs"]]
             out["durations"] += a["charDurationsMs"]
@@ -254,7 +256,20 @@ def test_elevenlabs_formats_alignment_and_final(server: Server, reference_s: flo
         assert len(samples) / rate == pytest.approx(reference_s, rel=0.02)
     assert "".join(out["chars"]).split() == TEXT.split()
     assert out["starts"] == sorted(out["starts"])
-    assert (out["starts"][-1] + out["durations"][-1]) / 1000 <= reference_s + 0.01
+    assert 0.8 * reference_s < (out["starts"][-1] + out["durations"][-1]) / 1000 <= reference_s + 0.01
+
+
+def test_elevenlabs_sync_alignment_counts_from_the_context_start(server: Server, reference_s: float) -> None:
+    """LiveKit asks with sync_alignment=true and reads the times as they come: each message's times go on from the
+    previous message's instead of restarting at zero."""
+    with connect(eleven_url(server, "pcm_24000") + "&sync_alignment=true") as ws:
+        eleven_turn(ws, ["Hello there, this is a test.", "And a second sentence."])
+        out = eleven_until_final(ws, cumulative=True)
+    firsts = [m["alignment"]["charStartTimesMs"][0] for m in out["messages"] if m.get("alignment")]
+    assert len(firsts) == 2 and firsts[1] > 1000  # the second sentence starts where the first ended
+    assert "".join(out["chars"]).split() == TEXT.split()
+    assert out["starts"] == sorted(out["starts"])
+    assert 0.8 * reference_s < (out["starts"][-1] + out["durations"][-1]) / 1000 <= reference_s + 0.01
 
 
 def test_elevenlabs_close_context_without_final_flush_interrupts(server: Server) -> None:

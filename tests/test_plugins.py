@@ -110,3 +110,8 @@ def test_word_timings_where_the_plugin_asks(runs: dict[str, Any], framework: str
         return
     assert [w.strip() for w in short["words"]] == SHORT.split(), short["words"]
     assert short["timed_words"] == len(SHORT.split())
+    # in the right place on the audio's timeline: increasing, and the last word starts before the audio ends
+    # but after its first half (the answer's two sentences: a reading that restarts or doubles the clock at the
+    # second sentence fails one of these)
+    times = short["timed_s"]
+    assert times == sorted(times) and 0.5 * short["audio_s"] < times[-1] < short["audio_s"], times

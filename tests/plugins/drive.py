@@ -107,7 +107,7 @@ async def pipecat_run(plugin: str, base: str) -> list[dict[str, Any]]:
         texts = [f for _, f in arrivals if isinstance(f, TTSTextFrame) and f.context_id == context_id]
         turns.append(summary(starts[k] if k < len(starts) else starts[-1], audio,
                              interrupts[0] if k == 1 and interrupts else None,
-                             words=[f.text for f in texts], timed=[f.pts for f in texts if f.pts]))
+                             words=[f.text for f in texts], timed=[f.pts / 1e9 for f in texts if f.pts]))
     return turns
 
 
@@ -189,6 +189,8 @@ def summary(t0: float, frames: list[tuple[float, int, int]], interrupted_at: flo
         "frames": len(frames),
         "words": words,
         "timed_words": len(timed),
+        # word start times in s from the first word's (pipecat: presentation times; LiveKit: start_time)
+        "timed_s": [round(t - timed[0], 3) for t in timed],
     }
     if interrupted_at is not None:
         out["audio_s_before_interrupt"] = round(sum(n for t, _, n in frames if t <= interrupted_at) / rate, 3)

@@ -7,8 +7,9 @@ final flush); {"context_id", "close_context": true}: right after a final flush i
 interrupts; {"text": ""} alone is a keepalive; {"close_socket": true}. auto_mode=true speaks each text at once.
 Server: {"audio", "contextId"}; {"alignment", "normalizedAlignment", "contextId"} per sentence (chars,
 charStartTimesMs, charDurationsMs, restarting at zero in every message: each one starts where the previous one
-ended); then {"isFinal": true, "contextId"} in a message of its own. A thin translation onto
-service/session.py; imports api.dialects.connection, audio_out, errors and the session's events only.
+ended; with sync_alignment=true, as LiveKit asks, counted from the context's start); then {"isFinal": true,
+"contextId"} in a message of its own. A thin translation onto service/session.py; imports
+api.dialects.connection, audio_out, errors and the session's events only.
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ def output_format(name: str) -> OutputFormat:
     return fmt
 
 
-def alignment(text: str, words: list[tuple[int, int, float, float]], start: int, clock_ms: int
-              ) -> tuple[dict[str, list[Any]], int, int]:
-    """Character timings of text[start:last word end] in ElevenLabs' shape, times relative to clock_ms (where the
-    previous alignment message ended). words: (text_start, text_end, start_ms, end_ms) from the context's start.
+def alignment(text: str, words: list[tuple[int, int, float, float]], start: int, clock_ms: int, *,
+              cumulative: bool = False) -> tuple[dict[str, list[Any]], int, int]:
+    """Character timings of text[start:last word end] in ElevenLabs' shape, starting at clock_ms (where the
+    previous alignment message ended): relative to it (times restart at zero in every message), or with cumulative
+    counted from the context's start. words: (text_start, text_end, start_ms, end_ms) from the context's start.
     A word's characters share its span; the characters between words (spaces) span the gap before the next
     word. → (alignment, the text offset it ended at, the new clock in ms)."""
+    origin = 0 if cumulative else clock_ms
     chars: list[str] = []
     starts: list[int] = []
     durations: list[int] = []
@@ -68,7 +71,7 @@ def alignment(text: str, words: list[tuple[int, int, float, float]], start: int,
         for k, ch in enumerate(span):
             s, e = round(a + (b - a) * k / n), round(a + (b - a) * (k + 1) / n)
             chars.append(ch)
-            starts.append(s - clock_ms)
+            starts.append(s - origin)
             durations.append(e - s)
 
     for w_start, w_end, a_ms, b_ms in words:
@@ -101,6 +104,11 @@ class ElevenLabsSocket(DialectSocket):
         self.query = query
         self.multi = multi
         self.auto_mode = query.get("auto_mode", "false").lower() == "true"
+        # The two stock clients read alignment times differently: pipecat adds each message's span to a running
+        # clock (times restart at zero per message); LiveKit takes them as counted from the turn's start. LiveKit's
+        # URL carries sync_alignment=true, pipecat's does not: each gets times its own reading puts in the right
+        # place (tests/test_plugins.py checks both).
+        self.cumulative_alignment = query.get("sync_alignment", "false").lower() == "true"
         self.contexts: dict[str, _Context] = {}
         self.format: OutputFormat | None = None
 
@@ -193,7 +201,8 @@ class ElevenLabsSocket(DialectSocket):
         elif isinstance(ev, Words) and ctx is not None and ev.words:
             words = [(w.text_start, w.text_end, w.start_sample * 1000 / ctx.rate, w.end_sample * 1000 / ctx.rate)
                      for w in ev.words]
-            align, ctx.aligned_to, ctx.clock_ms = alignment(ctx.text, words, ctx.aligned_to, ctx.clock_ms)
+            align, ctx.aligned_to, ctx.clock_ms = alignment(ctx.text, words, ctx.aligned_to, ctx.clock_ms,
+                                                            cumulative=self.cumulative_alignment)
             if align["chars"]:
                 await self.send_json(self._tag(context_id, {"alignment": align, "normalizedAlignment": align}))
         elif isinstance(ev, ContextError):

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# First, here (PyPI reachable): bash bench/gpu_wheels.sh — it makes .gpuwhl/, the wheels this installs; name
+# .gpuwhl in the device call's carry. WHEELS=DIR installs from another folder (e.g. ../.gpuwhl when the
+# checkout travels in a subfolder).
 # One device call on the H200 (see /work/.library/device), under 10 minutes: install the carried wheels
 # (.gpuwhl: the web stack, hibari-tts, omnivoice 0.2.1 as the oracle, soundfile/pydub), then, each when its
 # flag is 1 and time is left:
@@ -9,15 +12,19 @@
 #   BULK       bench/omnivoice_bench.py (ours; the reference too unless BULK_ARGS has --no-ref), BULK_S budget
 #                                                                            → $OUT/omnivoice_bench.{md,jsonl}
 #              BULK_B_ARGS: then the same again with these flags (each gets half the budget) → $OUT/b/
+#   STEPLOOP   bench/omnivoice_steploop.py: the worker loop's host ms per step and the GPU's idle gaps between
+#              steps at STEPLOOP_ITEMS (8,32,64,128) items in flight, this tree, and first, with STEPLOOP_BEFORE=DIR,
+#              the tree at DIR (e.g. .. when this checkout travels inside another)  → $OUT/omnivoice_steploop.md
 #   SERVE      bench/omnivoice_serve.py through the real server: AGENTS (1,25,50,100), LOAD (1000) at RATE (100)
-#              req/s, extra server flags in SERVER_ARGS                      → $OUT/$SERVE_NAME.md
+#              req/s (comma lists: one load run each), extra server flags in SERVER_ARGS, extra bench flags in
+#              SERVE_BENCH_ARGS (e.g. '--turns 2 --gap-s 2 --barge-in 0.2 --ramp-s 4')  → $OUT/$SERVE_NAME.md
 #              SERVE_B_ARGS: then the same again with these server flags    → $OUT/${SERVE_NAME}_b.md
 # Logs of every stage land in $OUT/run.log. BUDGET_S (560) bounds the whole call.
 set -uo pipefail
 start=$SECONDS
 log="$OUT/run.log"
 left() { echo $(( ${BUDGET_S:-560} - (SECONDS - start) )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpuwhl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${WHEELS:-.gpuwhl}"/*.whl || exit 1
 export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$log"
 git log --oneline -1 >> "$log" 2>/dev/null
@@ -35,6 +42,16 @@ fi
 if [ "${GEMM:-0}" = 1 ]; then
     timeout "${GEMM_S:-240}" python3 bench/omnivoice_gemm.py --out-dir "$OUT" ${GEMM_ARGS:-} >> "$log" 2>&1
     echo "gemm: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+fi
+if [ "${STEPLOOP:-0}" = 1 ]; then
+    for tree in ${STEPLOOP_BEFORE:+"$STEPLOOP_BEFORE"} "$PWD"; do
+        label=$([ "$tree" = "$PWD" ] && echo "this tree" || echo "before: $tree")
+        (cd "$tree" && git log --oneline -1 2>/dev/null) >> "$log"
+        PYTHONPATH="$tree:/tmp/site" timeout "${STEPLOOP_S:-200}" python3 bench/omnivoice_steploop.py --ckpt "$ckpt" \
+            --items "${STEPLOOP_ITEMS:-8,32,64,128}" --label "$label" --out-dir "$OUT" ${STEPLOOP_ARGS:-} >> "$log" 2>&1
+        echo "steploop $label: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+    done
+    grep -E '^\| [0-9]' "$OUT/omnivoice_steploop.md" 2>/dev/null
 fi
 if [ "${BULK:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
     budget=${BULK_S:-200}
@@ -58,8 +75,9 @@ if [ "${BULK:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
 fi
 serve() {  # serve NAME SERVER_ARGS SECONDS
     # SIGINT on timeout: the bench's finally stops its server.
-    timeout -s INT "$3" python3 bench/omnivoice_serve.py --ckpt "$ckpt" --build full --word-tokenizer \
-        --agents "${AGENTS:-1,25,50,100}" --load "${LOAD:-1000}" --rate "${RATE:-100}" \
+    build=$([ -f "$ckpt/model.safetensors" ] || echo "--build full --word-tokenizer")
+    timeout -s INT "$3" python3 bench/omnivoice_serve.py --ckpt "$ckpt" $build \
+        --agents "${AGENTS:-1,25,50,100}" --load "${LOAD:-1000}" --rate "${RATE:-100}" ${SERVE_BENCH_ARGS:-} \
         ${2:+--server-args "$2"} --out-dir "$OUT" --name "$1" >> "$log" 2>&1
     echo "serve $1: rc $? at $((SECONDS - start)) s" | tee -a "$log"
 }

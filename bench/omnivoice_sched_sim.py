@@ -19,6 +19,7 @@ Model (calibrated against serving run 10, bench/results/HISTORY.md):
   earlier segment).
 
     .venv/bin/python bench/omnivoice_sched_sim.py --calibrate     # sim vs H200 run 10 (+ runs 8, 9 cross-checks)
+    .venv/bin/python bench/omnivoice_sched_sim.py --calibrate16   # sim vs issue 16's multi-turn agents run
     .venv/bin/python bench/omnivoice_sched_sim.py --sweep codec,policy,admit,latency,split   # one change at a time
     .venv/bin/python bench/omnivoice_sched_sim.py --candidates    # combinations, robustness
     .venv/bin/python bench/omnivoice_sched_sim.py --agents 100 --policy deadline --codec-len-ms 1
@@ -158,6 +159,19 @@ class Sim:
         self.decode_lengths = 0
         self.last_tokens = 0  # tokens of the last step run
         self.decode_items = 0
+        self.timers: list[tuple[float, int, Callable[[float], None]]] = []  # (t, seq, fn): fn(t) at t
+
+    def at(self, t: float, fn: Callable[[float], None]) -> None:
+        """Call fn(t) when the clock reaches t (between steps, like a message the worker takes)."""
+        self.seq += 1
+        heapq.heappush(self.timers, (t, self.seq, fn))
+
+    def cancel(self, rid: str) -> None:
+        """An abort: the segment leaves the scheduler at once (finished ones are still decoded)."""
+        self.s.cancel(rid)
+        self.on_done.pop(rid, None)
+        self.arrivals = [a for a in self.arrivals if a.rid != rid]
+        heapq.heapify(self.arrivals)
 
     def submit(self, t: float, rid: str, tokens: int, frames: int, priority: int,
                deadline: Callable[[float], float | None] = lambda t: None,
@@ -216,13 +230,16 @@ class Sim:
         while self.clock[0] < until:
             now = self.clock[0]
             self._decode_rounds(now)
+            while self.timers and self.timers[0][0] <= now:
+                t, _, fn = heapq.heappop(self.timers)
+                fn(t)
             while self.arrivals and self.arrivals[0].t <= now:
                 a = heapq.heappop(self.arrivals)
                 self.s.add(a.rid, num_tokens=a.tokens, num_steps=NUM_STEP, priority=a.priority,
                            deadline_s=a.deadline(a.t))
             plan = self.s.schedule()
             if not plan.batch:
-                nxt = [a.t for a in self.arrivals[:1]]
+                nxt = [a.t for a in self.arrivals[:1]] + [t for t, _, _ in self.timers[:1]]
                 if self.decode_q:
                     nxt.append(max(self.decoder_free, self.decode_q[0][0]))
                 if not nxt:
@@ -288,71 +305,148 @@ def reply_units(text: str, words_per_s: float, target_chars: int | None = None) 
     return clause, units
 
 
-def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed: int = 0) -> dict[str, float]:
-    """seed 0: agents start evenly spread over one second (the bench); seed > 0: at uniform random times in it."""
-    sim = Sim(knobs, cost)
-    starts = [a / n for a in range(n)] if seed == 0 else \
-        sorted(np.random.default_rng(seed).uniform(0.0, 1.0, n).tolist())
-    shapes = [reply_units(r, words_per_s, knobs.target_chars) for r in REPLIES]
+class _Turn:
+    """One agent reply on the sim's clock, as the service sends it and the bench's player plays it: units as the
+    real SentenceBuffer cuts them (`shape`, from reply_units) starting at `start`, the lookahead, deadlines from
+    the service's rule. barge_after: the user interrupts that long after the first audio (its segments are
+    aborted). on_end(t): called once when the reply has played out, or at the barge-in."""
 
-    class Agent:
-        def __init__(self, a: int) -> None:
-            self.a, start = a, starts[a]
-            clause, units = shapes[a % len(shapes)]
-            self.clause = start + clause
-            self.emit = [start + at for at, _ in units]
-            self.segs = [item_tokens(u) for _, u in units]
-            self.est = [estimate_audio_s(u, engine="omnivoice") for _, u in units]
-            self.dur = list(self.est)  # audio the client plays (noise from random weights: nothing trimmed)
-            self.done: list[float | None] = [None] * len(units)
-            self.sent: list[float | None] = [None] * len(units)  # emitted in order by the service
-            self.first_due = self.emit[0] + FIRST_AUDIO_S
+    def __init__(self, sim: Sim, name: str, shape: tuple[float, list[tuple[float, str]]], start: float,
+                 barge_after: float | None = None, on_end: Callable[[float], None] | None = None) -> None:
+        clause, units = shape
+        self.sim, self.name = sim, name
+        self.clause = start + clause
+        self.emit = [start + at for at, _ in units]
+        self.segs = [item_tokens(u) for _, u in units]
+        self.est = [estimate_audio_s(u, engine="omnivoice") for _, u in units]
+        self.dur = list(self.est)  # audio the client plays (noise from random weights: nothing trimmed)
+        self.done: list[float | None] = [None] * len(units)
+        self.sent: list[float | None] = [None] * len(units)  # emitted in order by the service
+        self.first_due = self.emit[0] + FIRST_AUDIO_S
+        self.barge_after, self.on_end = barge_after, on_end
+        self.barged_at: float | None = None
+        self.played_out = False
+        self.end_s: float | None = None  # when its playback ends (once all is generated)
+        self.submitted: set[int] = set()
+        for k in range(min(LOOKAHEAD["concurrent"], len(self.segs))):
+            self.submit(k, self.emit[k])
 
-        def deadline(self, k: int, t: float) -> float | None:
-            """service Plan.request (realtime_tts/service/planning.py) at time t."""
-            if k == 0:
-                return None
-            first = self.sent[0] if self.sent[0] is not None and self.sent[0] <= t else None
-            out = sum(d for d, s in zip(self.dur, self.sent) if s is not None and s <= t)
-            return playback_deadline(first, self.first_due, out, sum(self.est[:k]))
+    def deadline(self, k: int, t: float) -> float | None:
+        """service Plan.request (realtime_tts/service/planning.py) at time t."""
+        if k == 0:
+            return None
+        first = self.sent[0] if self.sent[0] is not None and self.sent[0] <= t else None
+        out = sum(d for d, s in zip(self.dur, self.sent) if s is not None and s <= t)
+        return playback_deadline(first, self.first_due, out, sum(self.est[:k]))
 
-        def submit(self, k: int, t: float) -> None:
-            sim.submit(t, f"a{self.a}-{k}", self.segs[k][0], self.segs[k][1], priority=0 if k == 0 else 1,
-                       deadline=lambda at: self.deadline(k, at), on_done=lambda done_t: self.finished(k, done_t))
+    def submit(self, k: int, t: float) -> None:
+        self.submitted.add(k)
+        self.sim.submit(t, f"{self.name}-{k}", self.segs[k][0], self.segs[k][1], priority=0 if k == 0 else 1,
+                        deadline=lambda at: self.deadline(k, at), on_done=lambda done_t: self.finished(k, done_t))
 
-        def finished(self, k: int, t: float) -> None:
-            self.done[k] = t
-            for j in range(len(self.segs)):  # segments are sent in order
-                if self.sent[j] is None:
-                    done, before = self.done[j], self.sent[j - 1] if j else None
-                    if done is None:
-                        break
-                    sent = self.sent[j] = max(done, before or 0.0)
-                    ahead = j + LOOKAHEAD["concurrent"]
-                    if ahead < len(self.segs):  # the lookahead slot frees when segment j is out
-                        self.submit(ahead, max(self.emit[ahead], sent))
+    def finished(self, k: int, t: float) -> None:
+        if self.barged_at is not None:
+            return
+        self.done[k] = t
+        for j in range(len(self.segs)):  # segments are sent in order
+            if self.sent[j] is None:
+                done, before = self.done[j], self.sent[j - 1] if j else None
+                if done is None:
+                    break
+                sent = self.sent[j] = max(done, before or 0.0)
+                if j == 0 and self.barge_after is not None:
+                    self.sim.at(sent + self.barge_after, self.barge)
+                ahead = j + LOOKAHEAD["concurrent"]
+                if ahead < len(self.segs):  # the lookahead slot frees when segment j is out
+                    self.submit(ahead, max(self.emit[ahead], sent))
+        if self.sent[-1] is not None and not self.played_out:
+            stall, _ = self.player()
+            self.played_out = True  # generated: it plays out at real-time pace (a barge-in may still come)
+            self.end_s = self.sent[0] + stall + sum(self.dur)  # type: ignore[operator]
+            self.sim.at(self.end_s, self.ended)
 
-    agents = [Agent(a) for a in range(n)]
-    for ag in agents:
-        for k in range(min(LOOKAHEAD["concurrent"], len(ag.segs))):
-            ag.submit(k, ag.emit[k])
-    sim.run()
-    after_clause, underruns, stall_total = [], 0, 0.0
-    for ag in agents:
-        sent = [s for s in ag.sent if s is not None]
-        assert len(sent) == len(ag.segs)
-        after_clause.append(sent[0] - ag.clause)
-        stall, played = 0.0, 0.0
-        for k, s in enumerate(sent):  # the bench's player
+    def ended(self, t: float) -> None:
+        if self.on_end is not None:
+            self.on_end(t)
+            self.on_end = None
+
+    def barge(self, t: float) -> None:
+        if self.ended_at_or_before(t):
+            return
+        self.barged_at = t
+        for k in self.submitted:
+            if self.done[k] is None:
+                self.sim.cancel(f"{self.name}-{k}")
+        self.ended(t)
+
+    def ended_at_or_before(self, t: float) -> bool:
+        return self.end_s is not None and self.end_s <= t
+
+    def player(self) -> tuple[float, int]:
+        """The bench's player over the segments sent: (stall seconds, underruns)."""
+        sent = [s for s in self.sent if s is not None]
+        stall, played, underruns = 0.0, 0.0, 0
+        for k, s in enumerate(sent):
             dry = sent[0] + stall + played
             if k and s > dry + JITTER_S:
                 underruns += 1
                 stall += s - dry
-            played += ag.dur[k]
-        stall_total += stall
+            played += self.dur[k]
+        return stall, underruns
+
+
+def _turn_results(sim: Sim, turns: list[_Turn]) -> dict[str, float]:
+    """The bench's figures over all turns: first audio after the first sentence (every turn), underruns and
+    stall (turns not interrupted)."""
+    after_clause, underruns, with_underrun, stall_total = [], 0, 0, 0.0
+    for tr in turns:
+        if tr.sent[0] is not None:
+            after_clause.append(tr.sent[0] - tr.clause)
+        if tr.barged_at is None:
+            assert all(s is not None for s in tr.sent), tr.name
+            stall, ur = tr.player()
+            underruns += ur
+            with_underrun += ur > 0
+            stall_total += stall
     fa = np.array(after_clause) * 1000.0
     return {"p50_ms": float(np.percentile(fa, 50)), "p95_ms": float(np.percentile(fa, 95)),
-            "max_ms": float(fa.max()), "underruns": underruns, "stall_ms": stall_total * 1000.0, **sim.stats()}
+            "max_ms": float(fa.max()), "underruns": underruns, "turns_with_underrun": with_underrun,
+            "turns": len(turns), "barged": sum(tr.barged_at is not None for tr in turns),
+            "stall_ms": stall_total * 1000.0, **sim.stats()}
+
+
+def sim_agents(knobs: Knobs, cost: Cost, n: int, words_per_s: float = 30.0, seed: int = 0) -> dict[str, float]:
+    """One reply per agent. seed 0: agents start evenly spread over one second (the bench's former pattern);
+    seed > 0: at uniform random times in it."""
+    sim = Sim(knobs, cost)
+    starts = [a / n for a in range(n)] if seed == 0 else \
+        sorted(np.random.default_rng(seed).uniform(0.0, 1.0, n).tolist())
+    shapes = [reply_units(r, words_per_s, knobs.target_chars) for r in REPLIES]
+    turns = [_Turn(sim, f"a{a}", shapes[a % len(shapes)], starts[a]) for a in range(n)]
+    sim.run()
+    return _turn_results(sim, turns)
+
+
+def sim_conversations(knobs: Knobs, cost: Cost, n: int, turns: int = 2, gap_s: float = 2.0, barge_in: float = 0.2,
+                      ramp_s: float = 4.0, words_per_s: float = 12.0) -> dict[str, float]:
+    """bench/omnivoice_serve.py's agents (run_agents with a Conversation): each agent's turns one after the
+    other, the next `gap_s` after the reply has played (or after the barge-in), first turns ramped over ramp_s,
+    the same random draws per agent as the bench (who barges in, and when)."""
+    import random
+
+    sim = Sim(knobs, cost)
+    shapes = [reply_units(r, words_per_s, knobs.target_chars) for r in REPLIES]
+    all_turns: list[_Turn] = []
+
+    def start_turn(a: int, k: int, rng: random.Random, t: float) -> None:
+        barge = rng.uniform(0.5, 3.0) if rng.random() < barge_in else None
+        nxt = (lambda end: start_turn(a, k + 1, rng, end + gap_s)) if k + 1 < turns else None
+        all_turns.append(_Turn(sim, f"a{a}t{k}", shapes[(a + 7 * k) % len(shapes)], t, barge, nxt))
+
+    for a in range(n):
+        start_turn(a, 0, random.Random(a), a * ramp_s / max(1, n))
+    sim.run()
+    return _turn_results(sim, all_turns)
 
 
 AGENT_HEAD = ("| N | after 1st sentence p50 / p95 / max ms | underruns | stall ms | steps | step mean ms "
@@ -471,6 +565,51 @@ PERTURB: list[tuple[str, Callable[[Cost], Cost], int]] = [
 ]
 
 
+# The H200 serving run of issue 16 (bench/results/omnivoice_serve_h200.md, gpu branch 5df6767, the server's
+# defaults): 2 turns per agent, 2 s of user turn, 20% barge-ins, first turns ramped over 4 s, 12 words/s.
+# N → (after-1st-sentence p50, p95 ms, turns with underrun, steps, step mean ms); loads → (p50, p95 s).
+RUN16_AGENTS = {200: (103, 288, 8, 4775, 3.10), 250: (122, 464, 154, 4402, 3.76), 300: (200, 472, 268, 3769, 4.74)}
+RUN16_LOAD = {(1500, 150.0): (0.710, 0.979), (2000, 200.0): (1.489, 10.489)}
+# The server's defaults since session 3 (config.py) and the costs fitted to RUN16_AGENTS (a grid over engine_scale,
+# contention, codec_len_ms, decode_slow, step_host_ms; the best of 108 by the largest p95 error over the three N).
+RUN16_KNOBS = Knobs(admit_ms=0.0, latency_batch_tokens=1024, max_batch_tokens=6144, target_chars=None)
+RUN16_COST = Cost(engine_scale=0.94, contention=0.3, codec_len_ms=2.0, decode_slow=0.5, step_host_ms=0.3)
+RUN16_WHATIFS: list[tuple[str, Knobs, Cost]] = [
+    ("the defaults (calibrated)", RUN16_KNOBS, RUN16_COST),
+    ("latency_batch_tokens 2048", replace(RUN16_KNOBS, latency_batch_tokens=2048), RUN16_COST),
+    ("max_batch_tokens 4096", replace(RUN16_KNOBS, max_batch_tokens=4096), RUN16_COST),
+    ("max_batch_tokens 8192", replace(RUN16_KNOBS, max_batch_tokens=8192), RUN16_COST),
+    ("deadline policy", replace(RUN16_KNOBS, policy="deadline"), RUN16_COST),
+    ("codec batched across lengths (~0.3 ms per extra length)", RUN16_KNOBS, replace(RUN16_COST, codec_len_ms=0.3)),
+    ("no codec cost at all (bound)", RUN16_KNOBS,
+     replace(RUN16_COST, codec_call_ms=0.0, codec_len_ms=0.0, codec_frame_ms=0.0, contention=0.0)),
+    ("engine steps x0.9", RUN16_KNOBS, replace(RUN16_COST, engine_scale=0.9 * RUN16_COST.engine_scale)),
+]
+
+
+def calibrate16() -> None:
+    """The sim beside the issue-16 H200 run (multi-turn agents), then one change at a time at N=250 and 300."""
+    print("## Calibration: sim vs the issue-16 H200 serving run (multi-turn agents)\n")
+    print(f"Knobs: {RUN16_KNOBS}; costs: {RUN16_COST}.\n")
+    print("| N | source | after 1st sentence p50 / p95 ms | turns with underrun | steps | step mean ms |")
+    print("|---|---|---|---|---|---|")
+    for n, (p50, p95, ur, steps, step_ms) in RUN16_AGENTS.items():
+        r = sim_conversations(RUN16_KNOBS, RUN16_COST, n)
+        print(f"| {n} | H200 | {p50} / {p95} | {ur} | {steps} | {step_ms:.2f} |")
+        print(f"| {n} | sim | {r['p50_ms']:.0f} / {r['p95_ms']:.0f} ({100 * (r['p95_ms'] / p95 - 1):+.0f}%) "
+              f"| {r['turns_with_underrun']} | {r['steps']} | {r['step_ms']:.2f} |", flush=True)
+    print("\n| load | H200 p50 / p95 s | sim p50 / p95 s |\n|---|---|---|")
+    for (num, rate), (load_p50, load_p95) in RUN16_LOAD.items():
+        r = sim_load(RUN16_KNOBS, RUN16_COST, num, rate)
+        print(f"| {num} @ {rate:g}/s | {load_p50:.3f} / {load_p95:.3f} | {r['p50_s']:.3f} / {r['p95_s']:.3f} |", flush=True)
+    print("\n### One change at a time (sim, calibrated costs)\n")
+    print("| change | N=250: p95 ms, turns with underrun | N=300 |\n|---|---|---|")
+    for label, k, c in RUN16_WHATIFS:
+        rs = [sim_conversations(k, c, n) for n in (250, 300)]
+        print(f"| {label} | " + " | ".join(f"{r['p95_ms']:.0f}, {r['turns_with_underrun']}" for r in rs) + " |",
+              flush=True)
+
+
 def seed_cells(knobs: Knobs, cost: Cost, n: int, seeds: int) -> str:
     """p95 first audio and underruns over random-start seeds 1..seeds: 'min–max | min–max'."""
     if seeds < 1:
@@ -511,6 +650,8 @@ def main() -> None:
     p.add_argument("--load", type=int, default=1000)
     p.add_argument("--rate", type=float, default=100.0)
     p.add_argument("--calibrate", action="store_true", help="sim vs H200 run 10 at the base settings")
+    p.add_argument("--calibrate16", action="store_true",
+                   help="sim vs the issue-16 H200 run (multi-turn agents), then one change at a time")
     p.add_argument("--sweep", default="", help="comma-separated: " + ", ".join(SWEEPS))
     p.add_argument("--candidates", action="store_true", help="the combinations table and A's robustness")
     p.add_argument("--seeds", type=int, default=5, help="random-start seeds besides the bench's spread (0: none)")
@@ -531,6 +672,9 @@ def main() -> None:
     cost = Cost(args.step_host_ms, args.contention, args.codec_call_ms, args.codec_len_ms, args.codec_frame_ms,
                 args.decode_slow)
     ns = [int(x) for x in args.agents.split(",") if x]
+    if args.calibrate16:
+        calibrate16()
+        return
     if args.calibrate:
         calibrate(cost, knobs, args.load, args.rate)
         return

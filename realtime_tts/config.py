@@ -65,6 +65,9 @@ class OmniVoiceConfig:
                                      default=1024)
     admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (they "
                                   "also finish together: fewer codec calls); 0 = at the next step.", default=0)
+    admission_wait_ms: int = _doc("A GPU worker refuses a new request or turn (503 + Retry-After, WS 1013) at once "
+                                  "when its measured step times say the first segment could not start within "
+                                  "this; 0 = never refuse (queue without bound).", default=1000)
     codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode through a CUDA "
                                    "graph of the codec captured per length on first use, instead of eagerly; "
                                    "0 = off.", default=400)
@@ -303,6 +306,8 @@ def validate(cfg: Config) -> None:
           f"precision must be fp32 or reference, got {cfg.omnivoice.precision!r}")
     check(cfg.omnivoice.scheduler_policy in ("deadline", "class"),
           f"scheduler_policy must be deadline or class, got {cfg.omnivoice.scheduler_policy!r}")
+    check(cfg.omnivoice.admission_wait_ms >= 0,
+          f"admission_wait_ms must be >= 0, got {cfg.omnivoice.admission_wait_ms}")
     check(cfg.omnivoice.admit_interval_ms >= 0, f"admit_interval_ms must be >= 0, got {cfg.omnivoice.admit_interval_ms}")
     check(cfg.omnivoice.latency_batch_tokens >= 0,
           f"latency_batch_tokens must be >= 0, got {cfg.omnivoice.latency_batch_tokens}")

@@ -46,6 +46,21 @@ class Metrics:
         self.cuda_graph_hits_total = Counter(p + "cuda_graph_hits_total", "Steps run from a captured graph.",
                                              registry=r)
         self.cuda_graph_misses_total = Counter(p + "cuda_graph_misses_total", "Steps run eagerly.", registry=r)
+        # GPU workers (cumulative worker figures, fed from their load reports): where a worker's time goes, and
+        # what admission control refused. codec share of the card = rate(codec_seconds_total).
+        self.worker_host_seconds_total = Counter(p + "worker_host_seconds_total", "Step loop host work, less its "
+                                                 "waits for the GPU.", ["worker"], registry=r)
+        self.gpu_busy_seconds_total = Counter(p + "gpu_busy_seconds_total", "GPU time running diffusion steps.",
+                                              ["worker"], registry=r)
+        self.gpu_gap_seconds_total = Counter(p + "gpu_gap_seconds_total", "GPU idle between back-to-back "
+                                             "diffusion steps (waiting for the host).", ["worker"], registry=r)
+        self.codec_seconds_total = Counter(p + "codec_seconds_total", "GPU time of codec decodes.", ["worker"],
+                                           registry=r)
+        self.admission_refusals_total = Counter(p + "admission_refusals_total", "Requests or turns a worker "
+                                                "refused at once because they could not start in time.",
+                                                ["worker"], registry=r)
+        self.full_step_seconds = Gauge(p + "full_step_seconds", "A worker's measured step time at its token "
+                                       "budget (its admission model).", ["worker"], registry=r)
         self.cancellations_total = Counter(p + "cancellations_total", "Cancelled requests by stage.", ["stage"],
                                            registry=r)
         self.speculations_total = Counter(

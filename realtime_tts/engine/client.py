@@ -278,6 +278,7 @@ class OmniVoiceEngine:
                                     max_batch_tokens=self._config.omnivoice.max_batch_tokens,
                                     latency_batch_tokens=self._config.omnivoice.latency_batch_tokens,
                                     admit_interval_s=self._config.omnivoice.admit_interval_ms / 1000.0,
+                                    admission_wait_s=self._config.omnivoice.admission_wait_ms / 1000.0,
                                     policy=self._config.omnivoice.scheduler_policy,
                                     codec_graph_frames=self._config.omnivoice.codec_graph_frames,
                                     precision=self._config.omnivoice.precision,
@@ -464,7 +465,8 @@ class OmniVoiceEngine:
                         return
                 elif isinstance(message, ipc.Failed):
                     finished = True
-                    raise _ERRORS.get(message.code, errors.TTSError)(message.message, field=message.field)
+                    raise _ERRORS.get(message.code, errors.TTSError)(message.message, field=message.field,
+                                                                     retry_after_ms=message.retry_after_ms)
                 elif isinstance(message, _WorkerExited):
                     finished = True
                     raise errors.EngineDead(message.message)
@@ -540,20 +542,31 @@ class OmniVoiceEngine:
 
     def attach_metrics(self, metrics: Metrics) -> None:
         """Feed /metrics from worker reports: per-worker queue depth, every step's time, CUDA-graph hits and
-        misses (worker counters restart at 0 with the process; only increases are counted)."""
-        seen: dict[int, tuple[int, int]] = {}
+        misses, host / GPU-busy / GPU-gap / codec seconds, admission refusals and the step model (worker
+        counters restart at 0 with the process; only increases are counted)."""
+        seen: dict[int, tuple[float, ...]] = {}
+        # worker-cumulative Stats fields → the counter each increase goes to, and whether it is per worker
+        cumulative: tuple[tuple[str, Any, bool], ...] = (
+            ("cuda_graph_hits", metrics.cuda_graph_hits_total, False),
+            ("cuda_graph_misses", metrics.cuda_graph_misses_total, False),
+            ("host_s", metrics.worker_host_seconds_total, True), ("gpu_busy_s", metrics.gpu_busy_seconds_total, True),
+            ("gpu_gap_s", metrics.gpu_gap_seconds_total, True), ("codec_s", metrics.codec_seconds_total, True),
+            ("refused", metrics.admission_refusals_total, True))
 
         def record(stats: ipc.Stats) -> None:
-            metrics.queue_depth.labels(worker=f"{ENGINE_NAME}-{stats.worker_id}").set(
-                stats.num_waiting + stats.num_running)
+            worker = f"{ENGINE_NAME}-{stats.worker_id}"
+            metrics.queue_depth.labels(worker=worker).set(stats.num_waiting + stats.num_running)
+            metrics.full_step_seconds.labels(worker=worker).set(stats.full_step_ms / 1000.0)
             for ms in stats.step_ms:
                 metrics.step_seconds.observe(ms / 1000.0)
-            hits, misses = seen.get(stats.worker_id, (0, 0))
-            if stats.cuda_graph_hits < hits or stats.cuda_graph_misses < misses:
-                hits, misses = 0, 0  # a restarted worker counts from 0 again
-            metrics.cuda_graph_hits_total.inc(stats.cuda_graph_hits - hits)
-            metrics.cuda_graph_misses_total.inc(stats.cuda_graph_misses - misses)
-            seen[stats.worker_id] = (stats.cuda_graph_hits, stats.cuda_graph_misses)
+            now = tuple(float(getattr(stats, name)) for name, _, _ in cumulative)
+            before = seen.get(stats.worker_id, (0.0,) * len(now))
+            if any(n < b for n, b in zip(now, before, strict=True)):
+                before = (0.0,) * len(now)  # a restarted worker counts from 0 again
+            for (_, counter, labelled), n, b in zip(cumulative, now, before, strict=True):
+                if n > b:
+                    (counter.labels(worker=worker) if labelled else counter).inc(n - b)
+            seen[stats.worker_id] = now
 
         self.add_stats_listener(record)
 

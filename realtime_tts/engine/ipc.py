@@ -39,6 +39,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     max_batch_tokens: int
     latency_batch_tokens: int = 0  # 0 = no smaller budget for first segments
     admit_interval_s: float = 0.0  # new segments join a running batch at most this often (0 = every step)
+    admission_wait_s: float = 0.0  # refuse a request's first segment predicted to start later than this; 0 = never
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     max_active: int = 1024  # segments started and unfinished at once (each holds a device slot)
     codec_graph_frames: int = 0  # longest segment decoded through a per-length codec CUDA graph; 0 = off
@@ -137,6 +138,7 @@ class Failed(msgspec.Struct, tag="failed", frozen=True):
     code: str
     message: str
     field: str | None = None
+    retry_after_ms: int | None = None  # overloaded: when a retry may be admitted
 
 
 class Stats(msgspec.Struct, tag="stats", frozen=True):
@@ -154,6 +156,15 @@ class Stats(msgspec.Struct, tag="stats", frozen=True):
     cuda_graph_hits: int = 0  # steps replayed from a captured graph, since start
     cuda_graph_misses: int = 0  # steps run eagerly (no graph for their bucket, or CPU)
     step_ms: list[float] = []  # every step's wall time since the previous report (at most 1024)
+    # Cumulative since the worker started (0 where not measured, e.g. on the CPU): the step loop's host work
+    # (less its waits for the GPU), the GPU's time in steps, its idle gaps between back-to-back steps, its
+    # time in codec decodes; first segments refused by admission control.
+    host_s: float = 0.0
+    gpu_busy_s: float = 0.0
+    gpu_gap_s: float = 0.0
+    codec_s: float = 0.0
+    refused: int = 0
+    full_step_ms: float = 0.0  # the worker's measured step-time model at its token budget (0 until measured)
 
 
 class Fatal(msgspec.Struct, tag="fatal", frozen=True):

@@ -26,6 +26,7 @@ import msgspec
 from realtime_tts import errors
 from realtime_tts.engine import ipc
 from realtime_tts.engine.base import VoicePrompt
+from realtime_tts.gpu_worker.admission import Admission, StepClock
 from realtime_tts.gpu_worker.prompts import Generated, Gone, PromptBook
 from realtime_tts.gpu_worker.scheduler import Scheduler, StepPlan, StepTimeModel
 
@@ -75,6 +76,23 @@ class Backend(Protocol):
     def counters(self) -> tuple[int, int]:
         """(CUDA graph hits, misses) so far."""
 
+    def device_times(self) -> DeviceTimes:
+        """Cumulative device-side timings so far (zeros where not measured, e.g. on the CPU)."""
+
+    def idle(self) -> None:
+        """The loop has nothing to run now (the time until its next step is no gap between steps)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTimes:
+    """Cumulative seconds: the loop blocked waiting for the device to catch up (inside step()), the device
+    running steps, the device idle between steps while the loop was busy, the device running codec decodes."""
+
+    wait_s: float = 0.0
+    busy_s: float = 0.0
+    gap_s: float = 0.0
+    codec_s: float = 0.0
+
 
 class ModelBackend:
     """Backend over realtime_tts.model, stepping through gpu_worker/runner.StepRunner (CUDA: fused Triton
@@ -120,6 +138,7 @@ class ModelBackend:
         # Codec decodes run on their own stream (decode thread), beside the steps instead of between them.
         self._decode_stream: Any = (torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
                                     if self.model.device.type == "cuda" else None)
+        self._codec_s = 0.0  # device time of the decodes (timing events on the decode stream)
         if self.model.device.type == "cuda":
             self._warm_up()
 
@@ -229,8 +248,14 @@ class ModelBackend:
 
                 for event in {id(s.ready): s.ready for s in states if s.ready is not None}.values():
                     stream.wait_event(event)  # the grids were copied out of their slots on the step stream
+                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
                 with torch.cuda.stream(stream):
-                    waves = self.runner.decode(states)
+                    start.record()
+                    waves = self.runner.decode(states)  # its copy to the host waits for the decode
+                    end.record()
+                end.synchronize()
+                self._codec_s += start.elapsed_time(end) / 1000.0
         return [self._ov.fade_edges(self._ov.match_loudness(w, s.item.ref_rms), self.sample_rate).astype("<f4")
                 .tobytes() for w, s in zip(waves, states, strict=True)]
 
@@ -259,6 +284,13 @@ class ModelBackend:
         """(CUDA graph hits, misses) so far."""
         return self.runner.stats.graph_hits, self.runner.stats.graph_misses
 
+    def device_times(self) -> DeviceTimes:
+        st = self.runner.stats
+        return DeviceTimes(st.wait_s, st.gpu_busy_s, st.gpu_gap_s, self._codec_s)
+
+    def idle(self) -> None:
+        self.runner.idle()
+
 
 @dataclass(slots=True)
 class _Activity:
@@ -270,17 +302,23 @@ class _Activity:
     items: int = 0  # sum of batch sizes
     tokens: int = 0  # sum of tokens per step
     step_s: float = 0.0  # host time in backend.step (includes waiting for the GPU to catch up)
+    host_s: float = 0.0  # the loop's own work per step: the whole iteration less the waits for the GPU
+    start: DeviceTimes = DeviceTimes()  # the backend's device times when the window opened
     decodes: int = 0
     decoded: int = 0  # segments decoded
     decode_s: float = 0.0
 
-    def line(self, now: float) -> str:
+    def line(self, now: float, times: DeviceTimes) -> str:
         span = max(1e-9, now - self.since)
         per = max(1, self.steps)
         decode_ms = 1000 * self.decode_s / max(1, self.decodes)
+        busy, gap = times.busy_s - self.start.busy_s, times.gap_s - self.start.gap_s
         return (f"{self.steps / span:.0f} steps/s, {self.items / per:.1f} items and {self.tokens / per:.0f} tokens "
-                f"per step, step {1000 * self.step_s / per:.2f} ms host ({100 * self.step_s / span:.0f}% of the "
-                f"loop), {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each")
+                f"per step, step {1000 * self.step_s / per:.2f} ms in backend.step of which "
+                f"{1000 * self.host_s / per:.2f} ms host work ({100 * self.host_s / span:.0f}% of the loop; the "
+                f"rest waits for the GPU), GPU {100 * busy / span:.0f}% busy in steps, idle gaps "
+                f"{1000 * gap / per:.2f} ms per step, codec {100 * (times.codec_s - self.start.codec_s) / span:.0f}% "
+                f"of the GPU, {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each")
 
 
 @dataclass(slots=True)
@@ -365,6 +403,11 @@ class WorkerLoop:
                                    latency_batch_tokens=min(options.latency_batch_tokens, budget) or None,
                                    admit_interval_s=options.admit_interval_s, max_active=options.max_active,
                                    step_model=step_model)
+        # Admission control: a new request's first segment that the measured step times say cannot start within
+        # admission_wait_s is refused at once (Overloaded + retry-after) instead of queueing without bound.
+        self.step_clock = StepClock()
+        self.admission = Admission(options.admission_wait_s, budget, self.step_clock)
+        self._last_step_end: float | None = None  # perf_counter at the end of the last step while busy
         self.segments: dict[str, _Segment] = {}
         self.prompts = PromptBook()  # segments waiting for an earlier segment's codes (Submit.prompt_from)
         self.running = True
@@ -373,7 +416,8 @@ class WorkerLoop:
         self._last_plan: StepPlan | None = None
         self._last_stats: ipc.Stats | None = None
         self._recent_step_ms: list[float] = []
-        self._activity = _Activity(time.monotonic())
+        self._activity = _Activity(time.monotonic(), start=backend.device_times())
+        self._host_total = 0.0  # host_s of the windows before the current one
         self._activity_lock = threading.Lock()  # the decode thread adds to the window the loop thread swaps
         self.activity_interval_s = 5.0
         # Finished segments are decoded (codec + copy to the host) and sent from one decode thread, so the step
@@ -387,12 +431,19 @@ class WorkerLoop:
     def run(self) -> None:
         try:
             while self.running:
-                self._take_messages(block=len(self.scheduler) == 0)
+                idle = len(self.scheduler) == 0
+                if idle:
+                    self._last_step_end = None  # the time until the next step is no step's time
+                    self.backend.idle()
+                self._take_messages(block=idle)
                 if not self.running:
                     break
+                t0 = time.perf_counter()
+                wait0 = self.backend.device_times().wait_s
                 plan = self.scheduler.schedule()  # cancelled segments were dropped when cancelled
                 if plan.batch:
                     self._run_step(plan)
+                    self._account_host(t0, wait0, plan.num_tokens)
                 self._maybe_send_stats()
         finally:
             self._decode_q.put(None)  # what finished is still sent
@@ -436,10 +487,19 @@ class WorkerLoop:
         elif isinstance(message, ipc.Shutdown):
             self.running = False
 
+    def _account_host(self, t0: float, wait0: float, tokens: int) -> None:
+        """After a step: the loop's host work for it (the iteration less its waits for the GPU), and the step
+        period for the step clock (back to back steps only: under load, the card's step time)."""
+        now = time.perf_counter()
+        self._activity.host_s += max(0.0, (now - t0) - (self.backend.device_times().wait_s - wait0))
+        if self._last_step_end is not None:
+            self.step_clock.observe(tokens, now - self._last_step_end)
+        self._last_step_end = now
+
     def _fail(self, request_id: str, exc: BaseException) -> None:
         self.inbox.put(Gone(request_id))  # from either thread: the loop thread releases its dependents
         if isinstance(exc, errors.TTSError):
-            self.send(ipc.Failed(request_id, exc.code, exc.message, exc.field))
+            self.send(ipc.Failed(request_id, exc.code, exc.message, exc.field, exc.retry_after_ms))
         else:
             log.error("request %s failed:\n%s", request_id, "".join(traceback.format_exception(exc)))
             self.send(ipc.Failed(request_id, errors.TTSError.code, f"omnivoice worker error: {exc!r}"))
@@ -460,9 +520,25 @@ class WorkerLoop:
                                  f"{self.backend.max_batch_tokens} one step can hold; send shorter text or "
                                  "let the server split it (chunk_mode concurrent)", "text"))
             return
+        if submit.priority == 0 and self._refuse(submit.request_id, num_tokens, num_steps):
+            self.backend.release(state)
+            return
         self.segments[submit.request_id] = _Segment(state, time.monotonic(), submit.priority, submit.keep_codes)
         self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
                            priority=submit.priority, deadline_s=submit.deadline_s)
+
+    def _refuse(self, request_id: str, num_tokens: int, num_steps: int) -> bool:
+        """A segment that opens a request or turn: refuse it (Overloaded) when the step clock predicts it
+        cannot start within options.admission_wait_s behind what is already here."""
+        running, waiting = self.scheduler.load_ahead(0)
+        decision = self.admission.decide(running, waiting, num_tokens, num_steps)
+        if decision.admit:
+            return False
+        self._fail(request_id, errors.Overloaded(
+            f"omnivoice worker {self.options.worker_id} is full: this request would start in about "
+            f"{decision.wait_s:.1f} s (limit {self.options.admission_wait_s:g} s)",
+            retry_after_ms=decision.retry_after_ms))
+        return True
 
     def _encode_voice(self, message: ipc.EncodeVoice) -> None:
         try:
@@ -572,19 +648,27 @@ class WorkerLoop:
         """At most one report per stats_interval_s, and none while idle and unchanged."""
         now = time.monotonic()
         if now - self._activity.since >= self.activity_interval_s:
+            times = self.backend.device_times()
             with self._activity_lock:
-                done, self._activity = self._activity, _Activity(now)
+                done, self._activity = self._activity, _Activity(now, start=times)
+                self._host_total += done.host_s
             if done.steps or done.decodes:
-                log.info("worker %d: %s", self.options.worker_id, done.line(now))
+                log.info("worker %d: %s", self.options.worker_id, done.line(now, times))
         if now - self._last_stats_s < self.options.stats_interval_s:
             return
         s = self.scheduler.stats()
         plan = self._last_plan
         hits, misses = self.backend.counters()
+        times = self.backend.device_times()
+        predicted = self.step_clock.seconds(self.admission.budget)
         # Segments waiting for an earlier segment's codes count as waiting: routing and /metrics see them.
-        stats = ipc.Stats(self.options.worker_id, s.num_waiting + len(self.prompts), s.num_running, s.num_steps_run, s.num_finished,
+        stats = ipc.Stats(self.options.worker_id, s.num_waiting + len(self.prompts), s.num_running, s.num_steps_run,
+                          s.num_finished,
                           s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
-                          plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms)
+                          plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms,
+                          host_s=self._host_total + self._activity.host_s, gpu_busy_s=times.busy_s,
+                          gpu_gap_s=times.gap_s, codec_s=times.codec_s, refused=self.admission.num_refused,
+                          full_step_ms=1000.0 * predicted if predicted is not None else 0.0)
         if not self._recent_step_ms and self._last_stats is not None and msgspec.structs.replace(
                 self._last_stats, step_ms=[]) == stats:
             return

@@ -183,12 +183,20 @@ class RunnerStats:
     steps: int = 0
     step_s: float = 0.0  # host wall time inside step() (the GPU runs behind it, at most max_inflight steps)
     wait_s: float = 0.0  # the part of step_s spent waiting for the GPU to catch up
+    # CUDA: device time of the steps (from the launch of a step's graph to its end) and the device's idle
+    # gaps between them (from the end of one step to the launch of the next while the loop stays busy;
+    # a step's layout rebuild counts as idle), read off timing events once the steps are done (no sync)
+    gpu_busy_s: float = 0.0
+    gpu_gap_s: float = 0.0
+    gpu_steps: int = 0  # steps whose busy time is counted
     miss_reasons: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"graph_hits": self.graph_hits, "graph_misses": self.graph_misses,
                 "graphs_captured": self.graphs_captured, "capture_s": round(self.capture_s, 3),
                 "steps": self.steps, "step_s": round(self.step_s, 3), "wait_s": round(self.wait_s, 3),
+                "gpu_busy_s": round(self.gpu_busy_s, 3), "gpu_gap_s": round(self.gpu_gap_s, 3),
+                "gpu_steps": self.gpu_steps,
                 "miss_reasons": dict(self.miss_reasons)}
 
 
@@ -269,7 +277,12 @@ class StepRunner:
         self.graphs: dict[BucketKey, _Graph] = {}
         self.stats = RunnerStats()
         self._pool: Any = torch.cuda.graph_pool_handle() if self.use_graphs else None
-        self._inflight: deque[torch.cuda.Event] = deque()
+        # (launch event, end event, whether the gap before it counts) of each step queued on the GPU; _last_end:
+        # the end of the step before the oldest; _idle: the caller had nothing to run since the last step (the
+        # time until the next one is no gap between steps)
+        self._inflight: deque[tuple[torch.cuda.Event, torch.cuda.Event, bool]] = deque()
+        self._last_end: torch.cuda.Event | None = None
+        self._idle = True
         # Held around every step-graph capture: torch captures in global mode, so another thread's CUDA work (the
         # worker's decode thread) must not run meanwhile; that thread takes the same lock.
         self._capture_lock: contextlib.AbstractContextManager[Any] = capture_lock or contextlib.nullcontext()
@@ -391,18 +404,38 @@ class StepRunner:
             for s in states:
                 s.ready = event
 
-    def _throttle(self) -> None:
-        """Record this step's end; wait while more than max_inflight steps are queued on the GPU, so the
-        scheduler's next choice is never based on a stale view of far-ahead work."""
+    def _launch_mark(self) -> torch.cuda.Event | None:
+        """A timing event just before a step's main launch (CUDA), for its busy time and the gap before it."""
         if self.model.device.type != "cuda":
-            return
-        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            return None
+        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         event.record()
-        self._inflight.append(event)
+        return event
+
+    def _throttle(self, launched: torch.cuda.Event | None) -> None:
+        """Record this step's end; wait while more than max_inflight steps are queued on the GPU, so the
+        scheduler's next choice is never based on a stale view of far-ahead work. A step taken off the queue is
+        done: its device time and the idle gap before it are read off its events then (no extra sync)."""
+        if launched is None:
+            return
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end.record()
+        self._inflight.append((launched, end, not self._idle))
+        self._idle = False
         if len(self._inflight) > self.max_inflight:
             t0 = time.perf_counter()
-            self._inflight.popleft().synchronize()
+            start, done, gap_counts = self._inflight.popleft()
+            done.synchronize()
             self.stats.wait_s += time.perf_counter() - t0
+            self.stats.gpu_busy_s += start.elapsed_time(done) / 1000.0
+            self.stats.gpu_steps += 1
+            if gap_counts and self._last_end is not None:
+                self.stats.gpu_gap_s += max(0.0, self._last_end.elapsed_time(start) / 1000.0)
+            self._last_end = done
+
+    def idle(self) -> None:
+        """The caller has nothing to run now: the time until its next step is not a gap between steps."""
+        self._idle = True
 
     def bucket_key(self, states: list[ItemState]) -> BucketKey | str:
         """The bucket a batch of states pads to, or the reason there is none."""
@@ -440,6 +473,7 @@ class StepRunner:
         if graph is not None:
             assert isinstance(key, BucketKey) and graph.graph is not None
             self._load(graph, live, key)
+            launched = self._launch_mark()
             graph.graph.replay()
             self.stats.graph_hits += 1
         elif self.bucketed and isinstance(key, BucketKey):
@@ -447,15 +481,17 @@ class StepRunner:
             if entry is None:
                 entry = self._buckets[key] = _Graph(graph=None, layout=self._empty_layout(key))
             self._load(entry, live, key)
+            launched = self._launch_mark()
             self._advance(entry.layout, key.num_tokens)
             self.stats.graph_misses += 1
         else:
+            launched = self._launch_mark()
             self._run_eager(live)
             self.stats.graph_misses += 1
         for s in live:
             s.step += 1
         self._finish([s for s in live if s.done])
-        self._throttle()
+        self._throttle(launched)
         self.stats.steps += 1
         self.stats.step_s += time.perf_counter() - t0
 

@@ -404,6 +404,14 @@ class Scheduler:
         item = self._items.get(request_id)
         return 0 if item is None else item.steps_done
 
+    def load_ahead(self, priority: int) -> tuple[list[tuple[int, int]], int]:
+        """What a new segment of this priority class would wait behind (admission.py), under the class order
+        (started items of a later class pause for it): (tokens, steps left) of every started item of its class
+        or a more urgent one, and the tokens of those not started yet."""
+        ahead = [it for it in self._items.values() if it.priority <= priority]
+        running = [(it.num_tokens, it.num_steps - it.steps_done) for it in ahead if it.steps_done]
+        return running, sum(it.num_tokens for it in ahead if not it.steps_done)
+
     def stats(self) -> SchedulerStats:
         running = sum(1 for it in self._items.values() if it.steps_done > 0)
         return SchedulerStats(len(self._items) - running, running, self._num_steps_run, self._num_finished,

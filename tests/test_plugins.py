@@ -81,7 +81,8 @@ def test_speaks_at_the_asked_rate_and_length(runs: dict[str, Any], framework: st
     for turn in (turns[0], turns[2]):  # the next answer right after an interruption is whole and alone
         assert turn["sample_rates"] == [24000]
         assert turn["audio_s"] == pytest.approx(runs["short_s"], rel=0.1), (turn, runs["short_s"])
-        assert turn["first_audio_ms"] is not None and turn["first_audio_ms"] < 5000
+        # a sanity bound only (8 plugins share 2 cores here); bench/plugins.py measures first audio one at a time
+        assert turn["first_audio_ms"] is not None and turn["first_audio_ms"] < 10_000
 
 
 @pytest.mark.parametrize(("framework", "plugin"), CASES)

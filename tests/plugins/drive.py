@@ -92,8 +92,10 @@ async def pipecat_run(plugin: str, base: str) -> list[dict[str, Any]]:
         chunks = [" ".join(words[i:i + 4]) + " " for i in range(0, len(words), 4)]
         return [LLMFullResponseStartFrame(), *[LLMTextFrame(c) for c in chunks], LLMFullResponseEndFrame()]
 
-    frames = [*turn(SHORT), SleepFrame(5.0), *turn(LONG), SleepFrame(INTERRUPT_AFTER_S + 1.0), InterruptionFrame(),
-              SleepFrame(0.5), *turn(SHORT), SleepFrame(5.0)]
+    # run_test has no clock of its own: the sleeps leave each short answer time to arrive whole, also on a
+    # loaded machine (the tests run the 8 plugins at once on 2 cores)
+    frames = [*turn(SHORT), SleepFrame(6.0), *turn(LONG), SleepFrame(INTERRUPT_AFTER_S + 1.0), InterruptionFrame(),
+              SleepFrame(0.5), *turn(SHORT), SleepFrame(8.0)]
     await run_test(Pipeline([Before(), pipecat_service(plugin, base), After()]), frames_to_send=frames,
                    start_timeout=10.0)
     order: list[str] = []  # context ids in the order their first frame arrived: one per turn

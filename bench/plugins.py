@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "tests" / "plugins"))  # drive.py: the texts the p
 
 from drive import SHORT
 from live_server import start_server, stop_server
-from machine import cpu_model
+from machine import cpu_model, git_commit
 
 FRAMEWORKS = ("pipecat", "livekit")
 PLUGINS = ("cartesia", "elevenlabs", "deepgram", "openai")
@@ -93,8 +93,7 @@ def main() -> None:
     finally:
         stop_server(server)
     table = "\n".join(rows)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, check=False,
-                            text=True).stdout.strip()
+    commit = git_commit(REPO)
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     plugin_versions = subprocess.run(
         [args.plugin_python, "-c", ("from importlib import metadata as m; print(', '.join(f'{p} ' + m.version(p) "

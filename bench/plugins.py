@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import re
@@ -28,8 +27,8 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "plugins"))  # drive.py: the texts the plugins speak (stdlib imports only)
 
-from drive import SHORT
-from live_server import start_server, stop_server
+from drive import SHORT, run_in
+from live_server import Server, start_server, stop_server
 from machine import cpu_model, git_commit
 
 FRAMEWORKS = ("pipecat", "livekit")
@@ -50,21 +49,12 @@ def requests_by_status(server_http: str) -> dict[tuple[str, str], float]:
     return out
 
 
-def drive(python: str, server_http: str, framework: str, plugin: str) -> list[dict]:
-    proc = subprocess.run([python, str(REPO / "tests" / "plugins" / "drive.py"), framework, plugin, server_http],
-                          capture_output=True, text=True, timeout=180, cwd=REPO, check=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"{framework} {plugin} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plugin-python", default=str(REPO / ".venv-plugins" / "bin" / "python"))
     args = ap.parse_args()
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    server = start_server(tmp)
+    server: Server = start_server(tmp)
     rows = [("| framework | plugin | URL argument | audio s (short; HTTP same text) | first audio ms (short, next) "
             "| interruption: audio after / made of ~400 s / server | word timings (short) |"),
             "|---|---|---|---|---|---|---|"]
@@ -75,7 +65,7 @@ def main() -> None:
         for framework in FRAMEWORKS:
             for plugin in PLUGINS:
                 before = requests_by_status(server.http)
-                turns = drive(args.plugin_python, server.http, framework, plugin)
+                turns = run_in(args.plugin_python, framework, plugin, server.http)
                 after = requests_by_status(server.http)
                 endpoint = "speech" if plugin == "openai" else plugin
                 delta = {status: n - before.get((ep, status), 0) for (ep, status), n in after.items()

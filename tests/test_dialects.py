@@ -36,7 +36,7 @@ CARTESIA = {"model_id": "sonic-3", "voice": {"mode": "id", "id": "a0e99841-438c-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("dialects"))
+    srv: Server = start_server(tmp_path_factory.mktemp("dialects"))
     yield srv
     stop_server(srv)
     assert "Traceback" not in srv.log(), srv.log()[-4000:]
@@ -54,7 +54,8 @@ def recv_json(ws: ClientConnection, timeout: float = 30) -> dict[str, Any]:
     while True:
         msg = ws.recv(timeout=timeout)
         if isinstance(msg, str):
-            return json.loads(msg)
+            obj: dict[str, Any] = json.loads(msg)
+            return obj
 
 
 def cancelled(server: Server, endpoint: str) -> float:
@@ -66,14 +67,14 @@ def cancelled(server: Server, endpoint: str) -> float:
 def decode_raw(data: bytes, rate: int, subtype: str) -> np.ndarray:
     samples, _ = sf.read(io.BytesIO(data), format="RAW", samplerate=rate, channels=1, subtype=subtype,
                          dtype="float32")
-    return samples
+    return np.asarray(samples, dtype=np.float32)
 
 
 # -- Cartesia ---------------------------------------------------------------------------------------------------------
 
 def cartesia_until_done(ws: ClientConnection, contexts: set[str]) -> dict[str, dict[str, Any]]:
     """Per context: audio bytes, timestamps words, message types, until every context is done."""
-    out = {c: {"audio": b"", "words": [], "types": []} for c in contexts}
+    out: dict[str, dict[str, Any]] = {c: {"audio": b"", "words": [], "types": []} for c in contexts}
     pending = set(contexts)
     while pending:
         msg = recv_json(ws)
@@ -356,7 +357,8 @@ def test_deepgram_refusals(server: Server) -> None:
         err = recv_json(ws)
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
-    assert (err["type"], err["field"]) == ("Error", "encoding") and closed.value.rcvd.code == 1008
+    assert (err["type"], err["field"]) == ("Error", "encoding")
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
     with connect(server.ws + "/v1/speak?model=alloy") as ws:
         assert recv_json(ws)["type"] == "Metadata"
         ws.send(json.dumps({"type": "Shout", "text": "hi"}))
@@ -386,7 +388,7 @@ def test_vendor_voices_map_to_ours() -> None:
 def test_strict_voices_and_idle_sockets(tmp_path: Any) -> None:
     """unknown_vendor_voice=error: a vendor voice id we do not know is refused naming the voices we have; a socket
     with nothing live that sends nothing for ws_idle_timeout_s is closed (4008)."""
-    srv = start_server(tmp_path, env={"REALTIME_TTS_UNKNOWN_VENDOR_VOICE": "error", "REALTIME_TTS_WS_IDLE_TIMEOUT_S": "1"})
+    srv: Server = start_server(tmp_path, env={"REALTIME_TTS_UNKNOWN_VENDOR_VOICE": "error", "REALTIME_TTS_WS_IDLE_TIMEOUT_S": "1"})
     try:
         with connect(srv.ws + "/tts/websocket") as ws:
             ws.send(json.dumps({**CARTESIA, "context_id": "c", "transcript": "Hi.", "continue": False}))

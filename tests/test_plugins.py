@@ -11,21 +11,18 @@ answer stopped (requests_total status=cancelled), and word timings wherever the 
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from live_server import REPO, start_server, stop_server
-from plugins.drive import LONG, SHORT
+from live_server import REPO, Server, start_server, stop_server
+from plugins.drive import LONG, SHORT, run_in
 
 PLUGIN_PYTHON = Path(os.environ.get("REALTIME_TTS_PLUGIN_PYTHON") or REPO / ".venv-plugins" / "bin" / "python")
-DRIVER = REPO / "tests" / "plugins" / "drive.py"
 FRAMEWORKS = ("pipecat", "livekit")
 PLUGINS = ("cartesia", "elevenlabs", "deepgram", "openai")
 CASES = [(fw, pl) for fw in FRAMEWORKS for pl in PLUGINS]
@@ -46,25 +43,16 @@ def _cancelled(metrics: str) -> dict[str, float]:
     return out
 
 
-def _drive(base: str, framework: str, plugin: str) -> list[dict[str, Any]]:
-    proc = subprocess.run([str(PLUGIN_PYTHON), str(DRIVER), framework, plugin, base], check=False,
-                          capture_output=True,
-                          text=True, timeout=180, cwd=REPO)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"{framework} {plugin}: rc {proc.returncode}\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    server = start_server(tmp_path_factory.mktemp("plugins"))
+    server: Server = start_server(tmp_path_factory.mktemp("plugins"))
     try:
         ref = httpx.post(server.http + "/v1/audio/speech", timeout=60,
                          json={"input": SHORT, "voice": "alloy", "response_format": "pcm"})
         ref.raise_for_status()
         before = _cancelled(httpx.get(server.http + "/metrics").text)
         with ThreadPoolExecutor(len(CASES)) as pool:
-            futures = {case: pool.submit(_drive, server.http, *case) for case in CASES}
+            futures = {case: pool.submit(run_in, str(PLUGIN_PYTHON), *case, server.http) for case in CASES}
             results = {f"{fw}-{pl}": fut.result() for (fw, pl), fut in futures.items()}
         after = _cancelled(httpx.get(server.http + "/metrics").text)
         assert "Traceback" not in server.log(), server.log()[-4000:]

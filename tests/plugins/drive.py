@@ -71,7 +71,7 @@ async def pipecat_run(plugin: str, base: str) -> list[dict[str, Any]]:
     interrupts: list[float] = []
     arrivals: list[tuple[float, Any]] = []  # audio and word frames after the TTS
 
-    class Before(FrameProcessor):
+    class Before(FrameProcessor):  # type: ignore[misc]  # (pipecat is not in the server's venv, where mypy runs)
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
             await super().process_frame(frame, direction)
             if isinstance(frame, LLMFullResponseStartFrame):
@@ -80,7 +80,7 @@ async def pipecat_run(plugin: str, base: str) -> list[dict[str, Any]]:
                 interrupts.append(time.monotonic())
             await self.push_frame(frame, direction)
 
-    class After(FrameProcessor):
+    class After(FrameProcessor):  # type: ignore[misc]
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
             await super().process_frame(frame, direction)
             if isinstance(frame, TTSAudioRawFrame | TTSTextFrame):
@@ -199,6 +199,20 @@ def summary(t0: float, frames: list[tuple[float, int, int]], interrupted_at: flo
         out["audio_s_after_interrupt"] = round(sum(n for t, _, n in frames if t > interrupted_at + 0.2) / rate, 3)
         out["last_audio_after_interrupt_ms"] = round((frames[-1][0] - interrupted_at) * 1000, 1) if frames else None
     return out
+
+
+def run_in(python: str, framework: str, plugin: str, base: str, *, timeout_s: float = 180) -> list[dict[str, Any]]:
+    """Run this driver under `python` (the plugin venv's) and return its turns; for the test and the bench, which
+    run in the server's venv and import only this function (stdlib)."""
+    import subprocess
+
+    proc = subprocess.run([python, __file__, framework, plugin, base], capture_output=True, text=True,
+                          timeout=timeout_s, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"{framework} {plugin}: exit {proc.returncode}\n{proc.stderr[-4000:]}")
+    turns: list[dict[str, Any]] = json.loads(lines[-1][len("RESULT "):])
+    return turns
 
 
 def main() -> None:

@@ -134,8 +134,8 @@ class ElevenLabsSocket(DialectSocket):
 
     def apply(self, context_id: str, obj: dict[str, Any]) -> None:
         if obj.get("close_socket") is True:
-            for cid, ctx in list(self.contexts.items()):
-                self._close(cid, ctx, finish=True)
+            for cid, live in list(self.contexts.items()):
+                self._close(cid, live, finish=True)
             self.close_when_done()
             return
         text = obj.get("text")

@@ -19,6 +19,8 @@
 #              req/s (comma lists: one load run each), extra server flags in SERVER_ARGS, extra bench flags in
 #              SERVE_BENCH_ARGS (e.g. '--turns 2 --gap-s 2 --barge-in 0.2 --ramp-s 4')  → $OUT/$SERVE_NAME.md
 #              SERVE_B_ARGS: then the same again with these server flags    → $OUT/${SERVE_NAME}_b.md
+#   CONTINUITY bench/omnivoice_continuity.py: one voice per conversation on vs off through the real server,
+#              agents CONT_AGENTS (1,25,100) and CONT_BULK (64) long texts  → $OUT/omnivoice_continuity.md
 # Logs of every stage land in $OUT/run.log. BUDGET_S (560) bounds the whole call.
 set -uo pipefail
 start=$SECONDS
@@ -90,4 +92,11 @@ if [ "${SERVE:-0}" = 1 ] && [ "$(left)" -gt 90 ]; then
         serve "$name" "${SERVER_ARGS:-}" $(( $(left) - 10 ))
     fi
     grep -E '^(agents|load|server healthy|built) |serving graph buckets' "$log"
+fi
+if [ "${CONTINUITY:-0}" = 1 ] && [ "$(left)" -gt 90 ]; then
+    timeout -s INT $(( $(left) - 10 )) python3 bench/omnivoice_continuity.py --ckpt "$ckpt" --build full \
+        --word-tokenizer --agents "${CONT_AGENTS:-1,25,100}" --bulk "${CONT_BULK:-64}" ${SERVER_ARGS:+--server-args "$SERVER_ARGS"} \
+        --out-dir "$OUT" >> "$log" 2>&1
+    echo "continuity: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+    grep -E '^\| 20' "$OUT/omnivoice_continuity.md" 2>/dev/null | head -4
 fi

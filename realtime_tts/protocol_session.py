@@ -123,7 +123,7 @@ def _context_id(obj: Mapping[str, Any], *, required: bool, wildcard: bool = Fals
     if cid is None and not required:
         return None
     if wildcard and cid == "*":
-        return cid
+        return "*"
     if not isinstance(cid, str) or not CONTEXT_ID_RE.fullmatch(cid):
         raise BadRequest("context_id is required: a string matching [A-Za-z0-9._:-]{1,128}"
                          + (' (or "*" for every context)' if wildcard else ""), field="context_id")

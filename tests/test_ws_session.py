@@ -6,6 +6,7 @@ context.done). The simple-mode fixes of issue 13 are at the end."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -171,13 +172,18 @@ def test_errors_are_per_message_and_the_socket_goes_on(server: Server) -> None:
 def test_idle_context_is_ended_and_spoken(tmp_path_factory: pytest.TempPathFactory) -> None:
     from live_server import start_server, stop_server
 
-    srv = start_server(tmp_path_factory.mktemp("idle"), env={"REALTIME_TTS_CONTEXT_IDLE_S": "0.5"})
+    srv = start_server(tmp_path_factory.mktemp("idle"), env={"REALTIME_TTS_CONTEXT_IDLE_S": "0.5",
+                                                             "REALTIME_TTS_WS_IDLE_TIMEOUT_S": "2"})
     try:
         c = SessionClient(f"{srv.ws}/v1/stream/text")
         c.send({"type": "text", "context_id": "i", "text": "Left without an end"})
         done = c.until_done("i")
         assert done["reason"] == "idle" and c.contexts["i"].segments[0]["text"] == "Left without an end"
-        c.close()
+        # then nothing live and nothing sent: the socket is closed 4008 after ws_idle_timeout_s
+        t0 = time.monotonic()
+        c.close_and_drain(timeout=10)
+        assert c.close_code == 4008 and 1.0 < time.monotonic() - t0 < 6, (c.close_code, c.other[-1:])
+        assert c.other[-1]["type"] == "error" and c.other[-1]["code"] == "idle_timeout"
     finally:
         stop_server(srv)
 
@@ -245,3 +251,21 @@ def test_simple_played_ms_on_stream_text(server: Server) -> None:
                 break
     assert term["reason"] == "cancelled"  # no end was sent: the stream was still open
     assert term["text_spoken"] == "" and term["unspoken_start"] == 0  # 100 ms: not one segment heard
+
+
+def test_engine_failure_ends_only_its_context(server: Server) -> None:
+    """A real engine failure: the CPU voice's own text normalizer raises on "{❶" (int() of a circled digit, a
+    bug of the voice library). The context gets an error (with its id, not fatal) then context.done "error"; the
+    other context and the socket go on. Should the voice ever speak it, the context simply ends."""
+    c = SessionClient(f"{server.ws}/v1/stream/text")
+    c.send({"type": "speak", "context_id": "bad", "text": "{❶"})
+    c.send({"type": "speak", "context_id": "good", "text": "Still here."})
+    done_bad, done_good = c.until_done("bad"), c.until_done("good")
+    assert done_good["reason"] == "end" and c.contexts["good"].samples > 0
+    assert done_bad["reason"] in ("error", "end"), done_bad
+    if done_bad["reason"] == "error":
+        err = c.contexts["bad"].messages[-2]
+        assert err["type"] == "error" and err["context_id"] == "bad" and err["fatal"] is False, err
+    c.send({"type": "ping"})
+    assert c.until(lambda m: isinstance(m, dict) and m.get("type") == "pong")["load"]["live_contexts"] == 0
+    c.close()

@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 _TICK_S = 0.25  # how often idle contexts / an idle socket are checked
 _CLOSE_WAIT_S = 1.0  # a close handshake the client does not answer is not waited on longer
 _SLOW_CLOSE_WAIT_S = 5.0
+# Messages queued for the client (audio is bounded by the session's buffer; replies to its own messages are not):
+# a client that keeps sending but does not read is a slow reader once this many wait.
+_MAX_QUEUED_MESSAGES = 4096
 
 
 class _Wire:
@@ -112,28 +115,29 @@ class SessionSocket:
         except TTSError as e:
             code, stage = e.close_code, e.code
             self.app.metrics.errors_total.labels(code=e.code).inc()
-            for task in (writer, timer, reader):
-                task.cancel()
-            await asyncio.gather(writer, timer, reader, return_exceptions=True)
+            await self._stop(session, stage, writer, timer, reader)  # engine work stops before the close waits
             await self._fail(e)
         except Exception as e:  # the connection's edge: log, tell the client, keep serving others
             log.exception("session-mode connection failed")
             code, stage = 1011, "error"
-            for task in (writer, timer, reader):
-                task.cancel()
-            await asyncio.gather(writer, timer, reader, return_exceptions=True)
+            await self._stop(session, stage, writer, timer, reader)
             await self._fail(TTSError(f"internal error: {type(e).__name__}"))
         finally:
-            for task in (writer, timer, reader):
-                task.cancel()
-            await asyncio.gather(writer, timer, reader, return_exceptions=True)
-            await session.aclose(stage)
+            await self._stop(session, stage, writer, timer, reader)
             for wire in self.wires.values():
                 wire.out.close()
         if code == 1000:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.ws.close(1000), _CLOSE_WAIT_S)
         return code
+
+    @staticmethod
+    async def _stop(session: Session, stage: str, *tasks: asyncio.Task[None]) -> None:
+        """The connection's tasks, then every context's engine work (idempotent)."""
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await session.aclose(stage)
 
     def _started(self, start: protocol_session.SessionStart, engine: Any) -> dict[str, Any]:
         caps = engine.capabilities
@@ -182,6 +186,8 @@ class SessionSocket:
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1001))
             self.last_message = time.monotonic()
+            if self.session.queued_events > _MAX_QUEUED_MESSAGES:  # replies (pongs, errors) pile up unread
+                raise SlowReader(f"{self.session.queued_events} messages wait for the client to read them")
             raw = msg.get("text") if msg.get("text") is not None else msg.get("bytes")
             obj = protocol.loads_object(raw, max_bytes=self.max_bytes)  # frame-level errors end the socket
             if self.closing:

@@ -1,6 +1,6 @@
 """The voice library's routes: POST /v1/voices (reference audio + ref_text, or "from_design"), GET /v1/voices,
-GET and DELETE /v1/voices/{voice_id}; and the reading of a request's reference recording (shared with
-POST /v1/audio/clone).
+GET and DELETE /v1/voices/{voice_id}; the reading of a request's reference recording (shared with
+POST /v1/audio/clone); and inline references (ref_audio_base64 + ref_text on any entry point), encoded once.
 
 A saved voice is the engine's encoded clone prompt (voices/store.py), so using it never re-encodes audio.
 Imports api.http (form parsing), voices, engine.base; never an engine's internals, never torch.
@@ -68,15 +68,16 @@ class ReferenceCache:
         self._prompts: OrderedDict[str, VoicePrompt] = OrderedDict()
 
     async def prompt(self, service: Service, engine: Engine, data: bytes, ref_text: str | None) -> VoicePrompt:
-        if ref_text is None or not ref_text.strip():
-            raise BadRequest("ref_text (the transcript of the reference audio) is required", field="ref_text")
-        key = hashlib.sha256(data + b"\0" + ref_text.strip().encode()).hexdigest()[:32]
+        text = (ref_text or "").strip()
+        key = hashlib.sha256(data + b"\0" + text.encode()).hexdigest()[:32]
         hit = self._prompts.get(key)
         if hit is not None and hit.engine == engine.capabilities.engine:
             self._prompts.move_to_end(key)
             return hit
-        samples, rate = await asyncio.to_thread(reference.decode, data)
-        prompt = await service.encode_voice(engine, samples, rate, ref_text.strip())
+        samples, rate = await asyncio.to_thread(reference.decode, data)  # the audio's problems first
+        if not text:
+            raise BadRequest("ref_text (the transcript of the reference audio) is required", field="ref_text")
+        prompt = await service.encode_voice(engine, samples, rate, text)
         prompt = dataclasses.replace(prompt, key=f"inline:{key}")
         self._prompts[key] = prompt
         while len(self._prompts) > self._size:

@@ -515,10 +515,12 @@ class WorkerLoop:
             self._fail(submit.request_id, exc)
             return
         if num_tokens > self.backend.max_batch_tokens:
-            self.send(ipc.Failed(submit.request_id, errors.BadRequest.code,
-                                 f"text: this segment needs {num_tokens} tokens per step, more than the "
-                                 f"{self.backend.max_batch_tokens} one step can hold; send shorter text or "
-                                 "let the server split it (chunk_mode concurrent)", "text"))
+            # through _fail: segments waiting for this one's codes are released too
+            self._fail(submit.request_id, errors.BadRequest(
+                f"text: this segment needs {num_tokens} tokens per step, more than the "
+                f"{self.backend.max_batch_tokens} one step can hold; send shorter text or "
+                "let the server split it (chunk_mode concurrent)", field="text"))
+            self.backend.release(state)
             return
         if submit.priority == 0 and self._refuse(submit.request_id, num_tokens, num_steps):
             self.backend.release(state)
@@ -662,8 +664,8 @@ class WorkerLoop:
         times = self.backend.device_times()
         predicted = self.step_clock.seconds(self.admission.budget)
         # Segments waiting for an earlier segment's codes count as waiting: routing and /metrics see them.
-        stats = ipc.Stats(self.options.worker_id, s.num_waiting + len(self.prompts), s.num_running, s.num_steps_run,
-                          s.num_finished,
+        stats = ipc.Stats(self.options.worker_id, s.num_waiting + len(self.prompts), s.num_running,
+                          s.num_steps_run, s.num_finished,
                           s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
                           plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms,
                           host_s=self._host_total + self._activity.host_s, gpu_busy_s=times.busy_s,

@@ -54,6 +54,7 @@ class Continuity:
         self._threaded = voice.mode in ("auto", "design") and voice.prompt is None
         self._previous: str | None = None  # sequential: the request_id of the segment before
         self._learned: dict[str, VoicePrompt] = {}  # sequential: codes of this synthesis's segments
+        self._before: dict[str, str | None] = {}  # sequential: the segment each one was chained on
 
     def shape(self, index: int, request: SegmentRequest) -> SegmentRequest:
         if self._sequential:
@@ -79,6 +80,7 @@ class Continuity:
     def _chain(self, index: int, request: SegmentRequest) -> SegmentRequest:
         """sequential: each segment on the one before; the first on the thread's voice when there is one."""
         previous, self._previous = self._previous, request.request_id
+        self._before[request.request_id] = previous
         request = dataclasses.replace(request, keep_codes=True)
         if previous is None or index == 0:
             if self._threaded and self._thread.prompt is not None:
@@ -87,6 +89,8 @@ class Continuity:
                 self._thread.source, self._thread.source_owner = request.request_id, self._id
             return request
         learned = self._learned.get(previous)
+        for older in [r for r in self._learned if r != previous]:  # a long text keeps only the last codes
+            del self._learned[older]
         if learned is not None:
             return self._conditioned(request, prompt=learned, source=previous)
         return self._conditioned(request, source=previous)
@@ -114,5 +118,10 @@ class Continuity:
         t = self._thread
         if t.source == request_id:
             t.source, t.source_owner = None, None
-        if self._sequential and self._previous != request_id:  # the next segment may still need the last one
-            self._learned.pop(request_id, None)
+        if self._sequential:
+            if self._previous == request_id and request_id not in self._learned:
+                # it gave no codes (never sent: punctuation only; or failed): the next one chains on the one before
+                self._previous = self._before.get(request_id)
+            elif self._previous != request_id:  # the next segment may still need the last one's codes
+                self._learned.pop(request_id, None)
+            self._before.pop(request_id, None)

@@ -8,10 +8,13 @@ Synthesis, and ONE ordered output of (context_id, event) for the transport to se
     while True:
         context_id, event = await session.next()   # the transport sends event, in this order
     await session.aclose()                   # aborts every context's engine work (disconnect)
+    session.note(context_id, payload)        # a transport message (error reply, pong) queued in order -> Note
+    session.expire_idle(20.0)                # call now and then: contexts idle that long are ended ("idle")
 
 Events, per context, in order: ContextStarted, then per segment SegmentStarted, AudioFrame..., SegmentEnded,
 Words; FlushDone where a flush's audio is all out; ContextError (then ContextDone "error") on an engine failure;
-ContextDone LAST, always (nothing for that context follows it until the id is opened again). Offsets are
+ContextDone LAST, always, reason "end" | "cancelled" | "error" | "idle" (nothing for that context follows it
+until the id is opened again). Offsets are
 code-point offsets into the context's raw text (everything received for it, concatenated); sample offsets are
 at the engine's rate (Session.sample_rate(context_id)), counted from the context's first sample: the transport
 converts them to its negotiated rate.
@@ -24,7 +27,11 @@ end to end. Backpressure: the contexts' audio waiting here is bounded (max_buffe
 together); past it each context's producer waits, so its engine work stalls at the Synthesis lookahead, and
 memory stays bounded while the client does not read.
 
-Imports this package's synthesis/service/events/words, protocol and errors; never torch, never Starlette.
+One voice per conversation: every context of a session is one thread of it (service/continuity.VoiceThread),
+so on engines that sample a voice per generation the first segment's voice is kept by all later contexts.
+
+Imports this package's synthesis/service/events/heard/words/continuity, protocol(_session) and errors; never
+torch, never Starlette.
 """
 
 from __future__ import annotations
@@ -250,11 +257,11 @@ class Session:
             for ctx in list(self._contexts.values()):
                 self._cancel(ctx, played_ms, stage)
             return
-        ctx = self._contexts.get(context_id)
-        if ctx is None:
+        live = self._contexts.get(context_id)
+        if live is None:
             self._out.put_now(context_id, None, ContextDone("cancelled", already_done=True))
             return
-        self._cancel(ctx, played_ms, stage)
+        self._cancel(live, played_ms, stage)
 
     def note(self, context_id: str | None, payload: Any) -> None:
         """Queue a transport message in order with the events (yielded as (context_id or "", Note(payload)))."""
@@ -367,7 +374,7 @@ class Session:
         synth = ctx.synth
         error: TTSError | None = None
         try:
-            async with synth, contextlib.aclosing(synth.events()) as events:
+            async with synth, contextlib.aclosing(synth.events()) as events:  # type: ignore[type-var]
                 async for ev in events:
                     if ctx.cancelled:
                         break

@@ -34,7 +34,7 @@ def resolve(params: Params, engine: Engine, store: VoiceStore | None,
     if params.voice_mode == "clone" and prompt is None:
         if store is None or params.voice_id is None:
             raise NotFound(f"voice_id {params.voice_id!r} not found (no voice library configured)", field="voice_id")
-        saved = store.cached(params.voice_id) or store.get(params.voice_id)
+        saved = store.get(params.voice_id)
         if saved.prompt.engine != caps.engine:
             raise BadRequest(f"voice_id {params.voice_id!r} was made by the {saved.prompt.engine!r} engine, not "
                              f"{caps.engine!r}", field="voice_id")

@@ -121,8 +121,9 @@ def check_metadata(name: str | None, ref_text: str | None, language: str | None,
 
 class VoiceStore:
     """The library under one directory. Thread-safe; every method that touches the disk has an async twin
-    that runs it on a thread. Several server processes may share one directory: a voice another process
-    saved is found on first use (the disk is the truth, the memory cache only saves reads)."""
+    that runs it on a thread (get is also called on the event loop by voice selection: a cache hit costs one
+    stat, a miss one ~12 KB read). Several server processes may share one directory: a voice another process
+    saved is found on first use, one it deleted is gone (the disk is the truth, the cache only saves reads)."""
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(os.path.expanduser(str(root))).resolve()
@@ -179,9 +180,14 @@ class VoiceStore:
         path = self._path(voice_id)
         with self._lock:
             voice = self._cache.get(voice_id)
-            if voice is not None:
-                self._cache.move_to_end(voice_id)
+        if voice is not None:
+            if path.is_file():  # one stat: a voice another process deleted is not served from memory
+                with self._lock:
+                    if voice_id in self._cache:
+                        self._cache.move_to_end(voice_id)
                 return voice
+            with self._lock:
+                self._cache.pop(voice_id, None)
         try:
             voice = SavedVoice.from_json(json.loads(path.read_bytes()))
         except FileNotFoundError:
@@ -229,16 +235,10 @@ class VoiceStore:
         while len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
 
-    def cached(self, voice_id: str) -> SavedVoice | None:
-        """A voice already in memory (no disk access: safe on the event loop)."""
-        with self._lock:
-            return self._cache.get(voice_id)
-
     # -- async twins (the event loop never touches the disk) ---------------------------------------------
 
     async def aget(self, voice_id: str) -> SavedVoice:
-        hit = self.cached(voice_id) if valid_id(voice_id) else None
-        return hit if hit is not None else await asyncio.to_thread(self.get, voice_id)
+        return await asyncio.to_thread(self.get, voice_id)
 
     async def asave(self, prompt: VoicePrompt, **kw: Any) -> SavedVoice:
         return await asyncio.to_thread(lambda: self.save(prompt, **kw))

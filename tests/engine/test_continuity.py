@@ -7,6 +7,7 @@ whole reply reproducible, and the joins between segments are click-free."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,74 @@ def test_joins_are_click_free(service: Service, loop_thread: Any) -> None:
     print(f"largest step at a join {at_joins:.0f}, in-segment p99.9 {inside:.0f} (int16)")
     assert at_joins <= inside
 
+
+
+def test_two_workers_share_a_saved_voice(service: Service, loop_thread: Any) -> None:
+    """One saved voice, requests spread over both workers (least in flight first): each worker serves some,
+    from the same prompt (its own decoded copy), and the same seed gives the same audio on either."""
+    engine = service.pool.engines["omnivoice"]
+    rng = np.random.default_rng(1)
+    prompt = loop_thread.run(engine.encode_voice(0.1 * rng.standard_normal(24_000).astype(np.float32), 24_000,
+                                                 "Shared reference."))
+    saved = service.voices.save(prompt, name="shared")  # type: ignore[union-attr]
+    before = {s.worker_id: s.num_finished for s in engine.worker_stats()}
+    req = parse_ws_stream({"text": "One voice on two workers.", "voice": saved.voice_id, "num_step": 4, "seed": 6},
+                          max_chars=1000)
+
+    async def one() -> bytes:
+        synth = service.open(req, endpoint="test", streaming=False)
+        async with synth:
+            synth.speak(req.text)
+            return b"".join([ev.pcm async for ev in synth.events() if isinstance(ev, AudioFrame)])
+
+    async def four() -> list[bytes]:
+        return list(await asyncio.gather(*(one() for _ in range(4))))
+
+    bodies = loop_thread.run(four())
+    assert len(set(bodies)) == 1 and bodies[0]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # worker reports come every 0.25 s
+        served = {s.worker_id: s.num_finished - before.get(s.worker_id, 0) for s in engine.worker_stats()}
+        if len(served) == 2 and all(n >= 1 for n in served.values()):
+            break
+        time.sleep(0.1)
+    assert len(served) == 2 and all(n >= 1 for n in served.values()), served
+
+
+def test_a_session_keeps_one_voice_across_its_contexts(service: Service, loop_thread: Any) -> None:
+    """Session mode (service/session.py): every context of a session is on the session's VoiceThread, so the
+    second context (opened after the first ended) is spoken on the first context's first segment; another
+    session has a voice of its own."""
+    from realtime_tts.service.session import ContextDone, Session
+
+    params = parse_ws_stream({"text": ".", "num_step": 4}, max_chars=100).params
+
+    async def run() -> tuple[Session, Session, dict[str, int]]:
+        one, two = Session(service, params), Session(service, params)
+        segments: dict[str, int] = {}
+
+        async def reply(session: Session, cid: str, text: str) -> None:
+            session.speak(cid, text)
+            while True:
+                got, ev = await session.next()
+                if isinstance(ev, SegmentStarted):
+                    segments[got] = segments.get(got, 0) + 1
+                if got == cid and isinstance(ev, ContextDone):
+                    assert ev.reason == "end", ev
+                    return
+
+        await reply(one, "a", TEXT)
+        await reply(one, "b", "They carry cold water to the sea. Some of them freeze in winter.")
+        await reply(two, "c", "Good morning, and welcome to the show. Today we talk about rivers.")
+        await one.aclose()
+        await two.aclose()
+        return one, two, segments
+
+    one, two, segments = loop_thread.run(run(), timeout=180)
+    t1, t2 = one.voice_thread, two.voice_thread
+    assert t1.prompt is not None and t2.prompt is not None and t1.prompt.codes != t2.prompt.codes
+    first = (t1.prompt.key or "").removeprefix("gen:")
+    assert first.endswith("-0")
+    # every segment of the session but the first is conditioned on the first one: a's later ones and all of b's
+    assert [src.removeprefix("gen:") for _, src in t1.history] == [first] * (segments["a"] + segments["b"] - 1)
+    assert segments["a"] >= 3 and segments["b"] >= 1  # so b's first segment is among the conditioned ones

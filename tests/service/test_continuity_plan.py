@@ -66,3 +66,15 @@ def test_sequential_chains_on_the_previous_segment() -> None:
     two = c.shape(2, req("a-2"))
     assert two.voice.prompt == gen("a-1") and two.keep_codes
     assert [src for _, src in thread.history] == ["a-0", "a-1"]
+
+
+def test_sequential_skips_a_segment_that_gave_no_codes() -> None:
+    thread = VoiceThread()
+    c = Continuity("a", thread, AUTO, chunk_mode="sequential")
+    c.shape(0, req("a-0"))
+    c.learn("a-0", gen("a-0"))
+    c.finished("a-0")
+    c.shape(1, req("a-1"))  # e.g. only punctuation: never sent
+    c.finished("a-1")
+    after = c.shape(2, req("a-2"))
+    assert after.voice.prompt == gen("a-0")  # chained on a-0, not on a-1

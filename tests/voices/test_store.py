@@ -53,11 +53,14 @@ def test_delete_and_damaged_files(tmp_path: Path) -> None:
     assert [v.voice_id for v in VoiceStore(tmp_path).saved()] == [two.voice_id]
 
 
-def test_another_process_s_voice_is_found_and_crash_leftovers_go(tmp_path: Path) -> None:
+def test_another_process_s_voice_is_found_its_delete_seen_and_crash_leftovers_go(tmp_path: Path) -> None:
     a, b = VoiceStore(tmp_path), VoiceStore(tmp_path)
     b.saved()  # b has looked before a saves
     saved = a.save(PROMPT, name="shared")
     assert b.get(saved.voice_id).prompt == PROMPT
+    b.delete(saved.voice_id)
+    with pytest.raises(NotFound):
+        a.get(saved.voice_id)  # a had it in memory: the disk wins
     leftover = tmp_path / ".tmp-crashed.json"
     leftover.write_text("half")
     os.utime(leftover)

@@ -24,7 +24,6 @@ import datetime as dt
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import local_server  # bench/local_server.py (the script's own folder is on sys.path)
 import numpy as np
 import websockets
+from local_server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SR = 24_000
@@ -67,28 +68,8 @@ class AgentResult:
     arrivals: list[tuple[float, int]] = field(default_factory=list)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_server(ckpt: str, port: int, extra: list[str]) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port), "--log-level", "warning",
-           "--model", ckpt, *extra]
-    proc = subprocess.Popen(cmd, cwd=REPO)
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("server did not become healthy")
+    return local_server.start_server(port, ["--model", ckpt, *extra])
 
 
 def playback(arrivals: list[tuple[float, int]], jitter_s: float = 0.01) -> tuple[int, float]:

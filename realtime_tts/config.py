@@ -111,6 +111,14 @@ class TextConfig:
 
 
 @dataclass(frozen=True)
+class DialectConfig:
+    unknown_vendor_voice: str = _doc("What a vendor dialect (Cartesia, ElevenLabs, Deepgram) does with a voice id "
+                                     "this server does not know: default (speak in the default voice, with a "
+                                     "warning) or error (refuse, naming the available voices).",
+                                     default="default")
+
+
+@dataclass(frozen=True)
 class SessionConfig:
     max_contexts: int = _doc("Live contexts per session-mode WebSocket (PROTOCOL.md §2); one more is refused with "
                              "error too_many_contexts, the socket stays open.", default=8)
@@ -152,6 +160,7 @@ class Config:
     session: SessionConfig = field(default_factory=SessionConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
+    dialects: DialectConfig = field(default_factory=DialectConfig)
 
 
 class ConfigError(ValueError):
@@ -306,6 +315,8 @@ def validate(cfg: Config) -> None:
         value = getattr(cfg.pacing, name)
         check(0 <= value <= 5000, f"{name} must be 0..5000 ms, got {value}")
     check(cfg.pacing.first_frame_ms > 0 and cfg.pacing.frame_ms > 0, "frame sizes must be > 0 ms")
+    check(cfg.dialects.unknown_vendor_voice in ("default", "error"),
+          f"unknown_vendor_voice must be default or error, got {cfg.dialects.unknown_vendor_voice!r}")
     ses = cfg.session
     check(1 <= ses.max_contexts <= 1024, f"max_contexts must be 1..1024, got {ses.max_contexts}")
     check(ses.context_idle_s >= 0, f"context_idle_s must be >= 0, got {ses.context_idle_s}")

@@ -162,7 +162,8 @@ class _Outbox:
             await self._ready.wait()
         context_id, ctx, ev, seconds = self._items.popleft()
         if seconds:
-            self._audio_s -= seconds
+            # re-zeroed when empty: the float sum of many frames' seconds must not drift below 0
+            self._audio_s = self._audio_s - seconds if self._items else 0.0
             self._space.set()
         return context_id, ctx, ev
 

@@ -841,12 +841,15 @@ def main() -> None:  # one linear script: its sections in the report's order
                   ""]
         lines += agents_table(agent_rows + sweep_agent_rows)
     if sweep_agent_rows:
+        agents_txt = (f"{best_agents}" if best_agents else "none") + (
+            " (every level tried met it: the limit is higher)" if sweep_agent_rows[-1]["meets"] else "")
         lines += ["", (f"**Sweep (agents)**: target p95 first audio ≤ {args.agent_target_ms:g} ms, no turn with an "
-                       f"underrun, every turn ok → largest N meeting it: **{best_agents if best_agents else 'none'}** "
+                       f"underrun, every turn ok → largest N meeting it: **{agents_txt}** "
                        f"(levels tried: {', '.join(str(r['agents']) for r in sweep_agent_rows)}).")]
     if sweep_rate_rows:
         tried = ", ".join(f"{r['rate_per_s']:g}" for r in sweep_rate_rows)
-        best_txt = f"{best_rate:g} req/s" if best_rate else "none"
+        best_txt = (f"{best_rate:g} req/s" if best_rate else "none") + (
+            " (every level tried met it: the limit is higher)" if sweep_rate_rows[-1]["meets"] else "")
         lines += ["", (f"**Sweep (rate)**: target p95 latency ≤ {args.rate_target_s:g} s, every request served → "
                        f"largest offered rate meeting it: **{best_txt}** (levels tried: {tried}).")]
     if server_rows and any(r["steps"] for _, r in server_rows):

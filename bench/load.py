@@ -247,7 +247,9 @@ def commit() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+        # results files written by this very run do not make the code dirty
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)bench/results"], cwd=REPO,
                                capture_output=True, text=True, timeout=10, check=False).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
@@ -647,8 +649,8 @@ def plot(path: Path, agent_rows: list[dict[str, Any]], rate_rows: list[dict[str,
         ax.set_ylabel(ylabel)
         ax2 = ax.twinx()
         if xkey == "agents":
-            ax2.bar(x, [r["underruns"] for r in rows], alpha=0.25, color="tab:red", width=0.4 * min(x),
-                    label="underruns")
+            ax2.bar(x, [r["underruns"] for r in rows], alpha=0.25, color="tab:red", width=[0.3 * v for v in x],
+                    label="underruns")  # widths in proportion: the x axis is logarithmic
             ax2.set_ylabel("underruns (all turns)")
             ax2.set_ylim(bottom=0, top=max(4, *[r["underruns"] for r in rows]) * 1.2)
         else:
@@ -858,7 +860,9 @@ def main() -> None:  # one linear script: its sections in the report's order
     if errors:
         lines += ["", "Errors (first few): " + "; ".join(errors[:5])]
     title = f"bench/load.py — {engine_desc} — {dt.date.today().isoformat()} {commit()}"
-    if plot(png, agent_rows + sweep_agent_rows, speech_rows + sweep_rate_rows, title,
+    # one curve per panel: the sweep's levels when there is a sweep, else the single runs, in load order
+    if plot(png, sweep_agent_rows or sorted(agent_rows, key=lambda r: r["agents"]),
+            sweep_rate_rows or sorted(speech_rows, key=lambda r: r["rate_per_s"]), title,
             args.agent_target_ms if sweep_agent_rows else None, args.rate_target_s if sweep_rate_rows else None):
         lines += ["", f"![latency and underruns vs load]({png.name})"]
     first_speech = next(iter(speech_rows or sweep_rate_rows), None)

@@ -358,7 +358,7 @@ class AgentConfig:
 
 @dataclass
 class Turn:
-    first_audio_ms: float | None = None  # from the turn's first word sent
+    first_audio_ms: float | None = None  # from the turn's first text message sent
     after_clause_ms: float | None = None  # from the word that completes the first sentence
     first_worker_ms: float | None = None  # the first segment's queue + generation time (segment.end)
     underruns: int = 0
@@ -632,7 +632,7 @@ def plot(path: Path, agent_rows: list[dict[str, Any]], rate_rows: list[dict[str,
     # per panel: rows, x key, y key ({q} = p50/p95/p99), line label, target, its unit, x and y axis labels
     panels = [p for p in (
         (agent_rows, "agents", "{q}_first_audio_ms", "first audio", agent_target, "ms", "concurrent agents",
-         "first audio (ms from the turn's first word)"),
+         "first audio (ms from the turn's first text)"),
         (rate_rows, "rate_per_s", "{q}_s", "latency", rate_target, "s", "offered requests / s (/v1/audio/speech)",
          "request latency (s)"),
     ) if p[0]]

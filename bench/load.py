@@ -7,7 +7,7 @@
     into WS /v1/stream/text (session mode, one context per turn, when the server has it; else simple mode, one
     socket per turn), "plays" the audio in real time, barges in on some turns (cancel with played_ms at a random
     point of playback), then listens for a gap before the next turn → first audio p50/p95/p99 (from the turn's
-    first word), underruns (the player ran dry mid-reply) and their duration, cancel latency (cancel sent →
+    first text message), underruns (the player ran dry mid-reply) and their duration, cancel latency (cancel sent →
     context.done / terminal frame) and audio received after a cancel.
 (c) sweeps: the levels of (a) or (b) in increasing order until the latency target is missed → the largest N
     (agents) or rate (speech) that meets it.
@@ -833,10 +833,11 @@ def main() -> None:  # one linear script: its sections in the report's order
     if agent_rows or sweep_agent_rows:
         lines += ["", "## (b) Agents: multi-turn LLM-paced streams, real-time playback, barge-ins", "",
                   (f"Each agent: {args.turns} turns; a turn streams a 3-sentence reply at ~{args.pace:g} "
-                   f"{args.granularity}s/s into WS /v1/stream/text (one text message per {args.granularity}), plays it in real time, is interrupted with probability "
+                   f"{args.granularity}s/s into WS /v1/stream/text (one text message per {args.granularity}), "
+                   "plays it in real time, is interrupted with probability "
                    f"{args.barge_in:g} after {cfg.barge_after_s[0]:g}-{cfg.barge_after_s[1]:g} s of playback "
                    f"(cancel with played_ms), then listens {cfg.gap_s[0]:g}-{cfg.gap_s[1]:g} s. First audio: "
-                   "from the turn's first word. Underrun: the player ran dry mid-reply (10 ms jitter allowance). "
+                   "from the turn's first text message. Underrun: the player ran dry mid-reply (10 ms jitter allowance). "
                    "Cancel: cancel sent → context.done (session) / terminal frame (simple), for barge-ins while "
                    "the server was still sending; \"server done\": barge-ins after the server had sent the whole "
                    "reply (the player stops locally, nothing to cancel). text_spoken: cancels answered with it."),

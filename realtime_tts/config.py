@@ -130,7 +130,6 @@ class SecurityConfig:
 class LimitsConfig:
     max_buffered_chars: int = _doc("Text a streaming context may hold not yet spoken (received, not yet sent as "
                                    "audio); more is refused (too_large) until audio catches up.", default=50_000)
-    max_contexts_per_socket: int = _doc("Contexts open at once on one session-mode WebSocket.", default=16)
     max_connections: int = _doc("Open WebSockets plus HTTP requests in flight, in total (public /health and "
                                 "/metrics not counted); over it: 503 / close 1013; 0 = no limit.", default=1024)
     max_connections_per_key: int = _doc("The same, per API key (when keys are configured); 0 = no limit.",
@@ -149,6 +148,27 @@ class LimitsConfig:
                                        "it restarts.", default=20.0)
     worker_check_interval_s: float = _doc("How often idle engine workers are checked (a dead one restarts "
                                           "before a request needs it).", default=1.0)
+
+
+@dataclass(frozen=True)
+class DialectConfig:
+    unknown_vendor_voice: str = _doc("What a vendor dialect (Cartesia, ElevenLabs, Deepgram) does with a voice id "
+                                     "this server does not know: default (speak in the default voice, with a "
+                                     "warning) or error (refuse, naming the available voices).",
+                                     default="default")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    max_contexts: int = _doc("Live contexts per session-mode WebSocket (PROTOCOL.md §2); one more is refused with "
+                             "error too_many_contexts, the socket stays open.", default=8)
+    context_idle_s: float = _doc("A session context that is not ended and receives nothing this long is ended: "
+                                 "its text is spoken, then context.done with reason idle; 0 = never.", default=20.0)
+    session_send_timeout_s: float = _doc("A session-mode client that reads nothing this long while audio waits "
+                                         "for it is closed (1008, slow_reader) and its engine work aborted; "
+                                         "0 = never.", default=15.0)
+    session_buffer_ms: int = _doc("Audio a session-mode socket holds ready to send (all its contexts together) "
+                                  "before its contexts' engine work waits for the client to read.", default=2000)
 
 
 @dataclass(frozen=True)
@@ -179,8 +199,10 @@ class Config:
     text: TextConfig = field(default_factory=TextConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
+    dialects: DialectConfig = field(default_factory=DialectConfig)
 
 
 class ConfigError(ValueError):
@@ -336,7 +358,7 @@ def validate(cfg: Config) -> None:
         check(0 <= value <= 5000, f"{name} must be 0..5000 ms, got {value}")
     check(cfg.pacing.first_frame_ms > 0 and cfg.pacing.frame_ms > 0, "frame sizes must be > 0 ms")
     lim = cfg.limits
-    for name in ("max_buffered_chars", "max_contexts_per_socket", "max_connections", "max_connections_per_key"):
+    for name in ("max_buffered_chars", "max_connections", "max_connections_per_key"):
         check(getattr(lim, name) >= 0, f"{name} must be >= 0, got {getattr(lim, name)}")
     for name in ("requests_per_key_per_s", "ws_max_audio_ahead_s", "ws_send_timeout_s"):
         check(getattr(lim, name) >= 0, f"{name} must be >= 0, got {getattr(lim, name)}")
@@ -344,6 +366,13 @@ def validate(cfg: Config) -> None:
     check(lim.worker_check_interval_s > 0,
           f"worker_check_interval_s must be > 0, got {lim.worker_check_interval_s}")
     check(cfg.security.token_ttl_s > 0, f"token_ttl_s must be > 0, got {cfg.security.token_ttl_s}")
+    check(cfg.dialects.unknown_vendor_voice in ("default", "error"),
+          f"unknown_vendor_voice must be default or error, got {cfg.dialects.unknown_vendor_voice!r}")
+    ses = cfg.session
+    check(1 <= ses.max_contexts <= 1024, f"max_contexts must be 1..1024, got {ses.max_contexts}")
+    check(ses.context_idle_s >= 0, f"context_idle_s must be >= 0, got {ses.context_idle_s}")
+    check(ses.session_send_timeout_s >= 0, f"session_send_timeout_s must be >= 0, got {ses.session_send_timeout_s}")
+    check(ses.session_buffer_ms >= 20, f"session_buffer_ms must be >= 20, got {ses.session_buffer_ms}")
     check(cfg.logging.log_format in ("text", "json"), f"log_format must be text or json, got {cfg.logging.log_format!r}")
     check(cfg.shutdown.drain_timeout_s >= 0, f"drain_timeout_s must be >= 0, got {cfg.shutdown.drain_timeout_s}")
     check(cfg.shutdown.close_grace_s >= 0, f"close_grace_s must be >= 0, got {cfg.shutdown.close_grace_s}")

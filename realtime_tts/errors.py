@@ -136,6 +136,23 @@ class Cancelled(TTSError):
     code = "cancelled"
 
 
+class TooManyContexts(TTSError):
+    """A session-mode socket already holds its max_contexts live contexts (the socket stays open)."""
+
+    status = 429
+    close_code = 1008
+    code = "too_many_contexts"
+    retryable = True
+
+
+class SlowReader(TTSError):
+    """A WebSocket client stopped reading the audio sent to it (send blocked past the send timeout)."""
+
+    status = 408
+    close_code = 1008
+    code = "slow_reader"
+
+
 class ShuttingDown(TTSError):
     """The server is draining for shutdown (SIGTERM): new requests are refused, and streams still running when
     the drain timeout ends are closed with this. Retry on another replica."""

@@ -32,7 +32,9 @@ _COMMON = frozenset({
 })
 # An inline clone reference (base64 audio + its transcript), on every entry point (api/voices.py encodes it).
 _INLINE_REFERENCE = frozenset({"ref_audio", "ref_audio_base64", "ref_text"})
-WS_STREAM_FIELDS = _COMMON | _INLINE_REFERENCE | {"text", "events", "encoding", "cancel"}
+COMMON_FIELDS = _COMMON  # for the session-mode parser (protocol_session)
+WS_STREAM_FIELDS = _COMMON | _INLINE_REFERENCE | {"text", "events", "encoding", "cancel", "played_ms"}
+WS_TEXT_INIT_FIELDS = WS_STREAM_FIELDS | {"flush", "end"}  # the init frame may also flush or end at once
 SPEECH_FIELDS = _COMMON | _INLINE_REFERENCE | {"input", "text", "instructions", "response_format", "stream_format",
                                                "stream"}
 SYNTH_FIELDS = _COMMON | _INLINE_REFERENCE | {"text", "response_format"}
@@ -87,10 +89,11 @@ class TextMessage:
     flush: bool = False
     end: bool = False
     cancel: bool = False
+    played_ms: float | None = None  # with cancel: the audio the client played (text_spoken is judged by it)
     warnings: tuple[str, ...] = ()
 
 
-_TEXT_MESSAGE_FIELDS = frozenset({"text", "flush", "end", "cancel"})
+_TEXT_MESSAGE_FIELDS = frozenset({"text", "flush", "end", "cancel", "played_ms"})
 _MAX_WARNINGS = 16  # warnings travel in a header / the terminal frame: keep them short
 
 
@@ -308,11 +311,12 @@ def parse_ws_stream(obj: Mapping[str, Any], *, max_chars: int) -> SpeechRequest:
 
 def parse_ws_text_init(obj: Mapping[str, Any], *, max_chars: int) -> SpeechRequest:
     """Init frame of WS /v1/stream/text: a "text" in it is the first chunk (may be absent)."""
-    return _ws_first(obj, max_chars=max_chars, text_required=False)
+    return _ws_first(obj, max_chars=max_chars, text_required=False, allowed=WS_TEXT_INIT_FIELDS)
 
 
-def _ws_first(obj: Mapping[str, Any], *, max_chars: int, text_required: bool) -> SpeechRequest:
-    r = _Reader(obj, WS_STREAM_FIELDS, coerce=False)
+def _ws_first(obj: Mapping[str, Any], *, max_chars: int, text_required: bool,
+              allowed: frozenset[str] = WS_STREAM_FIELDS) -> SpeechRequest:
+    r = _Reader(obj, allowed, coerce=False)
     text = _text(r, "text", max_chars, required=text_required)
     encoding = r.choice("encoding", WS_ENCODINGS, "pcm_s16le")
     return SpeechRequest(text=text, params=_params(r), response_format="pcm", encoding=encoding,
@@ -323,7 +327,8 @@ def parse_text_message(obj: Mapping[str, Any], *, max_chars: int) -> TextMessage
     r = _Reader(obj, _TEXT_MESSAGE_FIELDS, coerce=False)
     text = _text(r, "text", max_chars, required=False)
     return TextMessage(text=text, flush=bool(r.boolean("flush")), end=bool(r.boolean("end")),
-                       cancel=bool(r.boolean("cancel")), warnings=r.warnings)
+                       cancel=bool(r.boolean("cancel")), played_ms=r.number("played_ms", 0.0, 86_400_000.0),
+                       warnings=r.warnings)
 
 
 def parse_speech(obj: Mapping[str, Any], *, max_chars: int, formats: tuple[str, ...],

@@ -233,7 +233,8 @@ def test_close_while_a_push_runs_on_another_thread(container: str) -> None:
         started = threading.Event()
         errors: list[BaseException] = []
 
-        def pusher(out: AudioOutput = out, started: threading.Event = started) -> None:
+        def pusher(out: AudioOutput = out, started: threading.Event = started,
+                   errors: list[BaseException] = errors) -> None:
             try:
                 for _ in range(200):
                     started.set()

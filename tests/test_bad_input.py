@@ -38,7 +38,13 @@ WS_CASES = [
     ({"text": "Hi.", "model": "omnivoice"}, 1008, "model"),
     ({"text": "Hi.", "encoding": "mp3"}, 1008, "encoding"),
     ({"text": "Hi.", "events": "yes"}, 1008, "events"),
-    ({"type": "session.start"}, 1008, "type"),
+    ({"type": "session.begin"}, 1008, "type"),
+    ({"type": "session.start", "audio": {"sample_rate": 96000}}, 1008, "audio.sample_rate"),
+    ({"type": "session.start", "audio": {"encoding": "mp3"}}, 1008, "audio.encoding"),
+    ({"type": "session.start", "audio": "pcm"}, 1008, "audio"),
+    ({"type": "session.start", "framing": "xml"}, 1008, "framing"),
+    ({"type": "session.start", "speed": 9}, 1008, "speed"),
+    ({"type": "session.start", "voice": "clone"}, 1008, "voice_id"),
 ]
 
 

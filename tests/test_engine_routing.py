@@ -164,9 +164,16 @@ def test_routing_by_voice_mode_and_model(srv: InProcessServer, tone: ToneEngine)
     r = httpx.post(f"{srv.http}/v1/audio/speech", timeout=30,
                    json={"model": "omnivoice", "input": "Hello there.", "response_format": "pcm", "voice": "nova"})
     assert r.status_code == 200 and tone.requests[-1].voice.preset == "nova"
+    # OpenAI's "instructions" (a speaking style) on an engine without voice design: spoken, with a warning
+    # (issue 14); an explicit design voice on that engine is still refused, naming the engine that can
+    r = httpx.post(f"{srv.http}/v1/audio/speech", timeout=30,
+                   json={"model": "cpu", "input": "Hello.", "instructions": "a calm voice", "response_format": "pcm"})
+    assert r.status_code == 200 and len(r.content) > 0
+    assert "instructions ignored" in r.headers["X-Warnings"]
     r = httpx.post(f"{srv.http}/v1/audio/speech",
-                   json={"model": "cpu", "input": "Hello.", "instructions": "a calm voice"})
+                   json={"model": "cpu", "input": "Hello.", "voice": "design", "instruct": "a calm voice"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_voice_mode"
+    assert "omnivoice" in r.json()["error"]["message"]
     models = httpx.get(f"{srv.http}/v1/models").json()["data"]
     assert {m["id"] for m in models} == {"hibari-heart", "tone-omnivoice"}
     assert httpx.get(f"{srv.http}/health").json()["engines"]["omnivoice"]["status"] == "ok"

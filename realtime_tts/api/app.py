@@ -22,7 +22,9 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from realtime_tts import protocol, text
+from realtime_tts.api import dialects
 from realtime_tts.api.access_log import access_log
+from realtime_tts.api.demo import routes as demo_routes
 from realtime_tts.api.drain import Drain
 from realtime_tts.api.errors import error_response
 from realtime_tts.api.guard import Guard, keep_ws_protocol, principal_of
@@ -130,7 +132,8 @@ class AppState:
             "endpoints": ["WS /v1/stream", "WS /v1/stream/text", "POST /v1/audio/speech", "POST /v1/synth",
                           "POST /v1/audio/clone", "POST /v1/audio/design", "GET /v1/voices",
                           "POST /v1/voices", "GET /v1/voices/{voice_id}", "DELETE /v1/voices/{voice_id}",
-                          "GET /health", "GET /v1/models", "GET /metrics", "POST /v1/auth/token"],
+                          "GET /health", "GET /v1/models", "GET /metrics", "POST /v1/auth/token", "GET /demo",
+                          *dialects.PATHS],
             "docs": "docs/protocol.md",
         })
 
@@ -207,6 +210,8 @@ def create_app(config: Config) -> Starlette:
         WebSocketRoute("/v1/stream", state.ws_stream),
         WebSocketRoute("/v1/stream/text", state.ws_stream_text),
         *voice_routes(state, state.voices),
+        *dialects.routes(state),  # Cartesia, ElevenLabs and Deepgram WebSockets
+        *demo_routes(),
     ]
     sec = config.security
     public = frozenset({*(["/health"] if sec.public_health else []), *(["/metrics"] if sec.public_metrics else [])})

@@ -13,12 +13,15 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from realtime_tts import protocol
 from realtime_tts.api.errors import close_code, count
+from realtime_tts.api.session_ws import SessionSocket
 from realtime_tts.api.ws_sender import WsSender
 from realtime_tts.audio_out import AudioOutput, OutputFormat
-from realtime_tts.errors import BadRequest, IdleTimeout, TTSError
+from realtime_tts.errors import IdleTimeout, TTSError
 from realtime_tts.limits import check_buffered
 from realtime_tts.protocol import Warnings
 from realtime_tts.service import AudioFrame, SegmentEnded, SegmentStarted, Synthesis
+from realtime_tts.service.heard import Heard, SpokenLog
+from realtime_tts.text.sentences import count_sentences
 
 if TYPE_CHECKING:
     from realtime_tts.api.app import AppState
@@ -42,9 +45,11 @@ class SimpleSession:
         self.max_bytes = app.config.server.max_ws_message_bytes
         self.max_chars = app.config.text.max_text_chars
         self.out: AudioOutput  # the wire encoding, built once the request frame is parsed
-        lim = app.config.limits
-        self.sender = WsSender(ws, metrics=app.metrics, max_ahead_s=lim.ws_max_audio_ahead_s,
-                               send_timeout_s=lim.ws_send_timeout_s, on_stalled=self._stalled)
+        self.events = False  # the client asked for segment events
+        self.text = ""  # the text received (offsets of segment events point into it)
+        self.spoken: SpokenLog  # what was sent, for text_spoken at a cancel
+        self.heard: Heard | None = None
+        self.sender: WsSender | None = None  # every frame of simple mode goes through it (api/ws_sender.py)
         self.synth: Synthesis | None = None
         self.client_close_code = 1001  # what the client (or uvicorn for it) closed with
 
@@ -58,7 +63,8 @@ class SimpleSession:
         try:
             await self._run()
         finally:
-            await self.sender.aclose()
+            if self.sender is not None:
+                await self.sender.aclose()
 
     async def _run(self) -> None:
         code = 1000
@@ -67,29 +73,43 @@ class SimpleSession:
             if first is None:
                 code = self.client_close_code
                 return
-            if "type" in first:
-                raise BadRequest("session mode (a first frame with \"type\") is not available yet; send a request "
-                                 "object without \"type\" (simple mode)", field="type")
+            if "type" in first:  # session mode (PROTOCOL.md §2)
+                code = await SessionSocket(self.ws, self.app, first, endpoint="ws_session").run()
+                return
+            lim = self.app.config.limits
+            self.sender = WsSender(self.ws, metrics=self.app.metrics, max_ahead_s=lim.ws_max_audio_ahead_s,
+                                   send_timeout_s=lim.ws_send_timeout_s, on_stalled=self._stalled)
             parse = protocol.parse_ws_text_init if self.incremental else protocol.parse_ws_stream
             req = parse(first, max_chars=self.max_chars)
+            # control fields of the first frame: cancel (+ played_ms) on both, flush / end on /v1/stream/text
+            controls = ("flush", "end", "cancel", "played_ms") if self.incremental else ("cancel", "played_ms")
+            ctl = protocol.parse_text_message({k: first[k] for k in controls if k in first}, max_chars=self.max_chars)
             self.warnings.add(req.warnings)
             prompt = await self.app.references.for_request(self.app, req)  # an inline clone reference
+            self.events = req.params.events
+            # segment events always flow inside (what was heard is judged from them); sent only when asked for
+            req = dataclasses.replace(req, params=dataclasses.replace(req.params, events=True))
             synth = self.app.service.open(req, endpoint=self.endpoint, incremental=self.incremental, streaming=True,
-                                          prompt=prompt)
+                                          prompt=prompt)  # one response per socket: its own voice thread
             self.synth = synth
             self.warnings.add(synth.warnings)
+            self.spoken = SpokenLog(synth.sample_rate)
             self.out = AudioOutput(OutputFormat(container="raw", encoding=req.encoding,
                                                 sample_rate=req.params.sample_rate or synth.sample_rate),
                                    source_rate=synth.sample_rate)
             async with synth:
                 if self.incremental:
                     if req.text:
-                        self._check_buffered(synth, len(req.text))
-                        synth.feed(req.text)
-                    if first.get("cancel") is True:
-                        synth.cancel()
+                        self._feed(synth, req.text)
+                    if ctl.flush:
+                        synth.flush()
+                    if ctl.end:
+                        synth.end()
                 else:
+                    self.text = req.text
                     synth.speak(req.text)
+                if ctl.cancel:
+                    self._cancel(synth, ctl.played_ms)
                 reader = asyncio.create_task(self._read(synth), name=f"ws-reader-{synth.id}")
                 try:
                     await self._write(synth)
@@ -123,14 +143,13 @@ class SimpleSession:
         finally:
             self.app.metrics.ws_closes_total.labels(code=str(code)).inc()
 
-    def _check_buffered(self, synth: Synthesis, incoming: int) -> None:
-        check_buffered(synth.pending_chars, incoming, self.app.config.limits.max_buffered_chars)
-
     def _terminal(self, synth: Synthesis) -> dict[str, Any]:
         frame: dict[str, Any] = {"done": True, "sample_rate": self.out.sample_rate}
         if self.incremental:
-            frame["sentences"] = synth.num_segments
+            frame["sentences"] = count_sentences(self.text)  # the input's sentences (docs/protocol.md)
         frame["reason"] = "cancelled" if synth.cancelled else "end"
+        if synth.cancelled and self.heard is not None:
+            frame.update(self.heard.fields())
         frame["stats"] = synth.stats()
         if self.warnings.items:
             frame["warnings"] = list(self.warnings.items)
@@ -139,6 +158,8 @@ class SimpleSession:
     async def _fail(self, e: TTSError) -> None:
         if self.ws.application_state != WebSocketState.CONNECTED or self.disconnected:
             return
+        if self.sender is None:  # refused before simple mode began (its first frame)
+            self.sender = WsSender(self.ws, metrics=self.app.metrics, max_ahead_s=0, send_timeout_s=5.0)
         with contextlib.suppress(WebSocketDisconnect):
             await self.sender.fail(e)
 
@@ -170,9 +191,10 @@ class SimpleSession:
                     return
                 if not self.incremental:
                     # /v1/stream takes one request; later frames may only cancel.
-                    msg = protocol.parse_text_message({k: v for k, v in obj.items() if k == "cancel"},
+                    msg = protocol.parse_text_message({k: v for k, v in obj.items() if k in ("cancel", "played_ms")},
                                                       max_chars=self.max_chars)
-                    extra = tuple(f"field {k!r} ignored after the request frame" for k in obj if k != "cancel")
+                    extra = tuple(f"field {k!r} ignored after the request frame" for k in obj
+                                  if k not in ("cancel", "played_ms"))
                     self.warnings.add(extra)
                 else:
                     msg = protocol.parse_text_message(obj, max_chars=self.max_chars)
@@ -180,22 +202,34 @@ class SimpleSession:
                     if msg.text and synth.ended:
                         self.warnings.add(("text received after end ignored",))
                     elif msg.text:
-                        self._check_buffered(synth, len(msg.text))
-                        synth.feed(msg.text)
+                        self._feed(synth, msg.text)
                     if msg.flush:
                         synth.flush()
                     if msg.end:
                         synth.end()
                 if msg.cancel:
-                    synth.cancel("client")
+                    self._cancel(synth, msg.played_ms)
         except TTSError as e:
             self.error = e
             synth.cancel("error")
 
+    def _feed(self, synth: Synthesis, text: str) -> None:
+        check_buffered(synth.pending_chars, len(text), self.app.config.limits.max_buffered_chars)
+        self.text += text
+        synth.feed(text)
+
+    def _cancel(self, synth: Synthesis, played_ms: float | None) -> None:
+        """Stop now; what was heard is judged from what was sent until now (and the client's played_ms)."""
+        if not synth.cancelled:
+            self.heard = self.spoken.heard(self.text, played_ms)
+        synth.cancel("client")
+
     async def _write(self, synth: Synthesis) -> None:
-        events = synth.params.events
+        events = self.events
         out = self.out
+        assert self.sender is not None
         async for ev in synth.events():
+            self.spoken.note(ev)
             if isinstance(ev, AudioFrame):
                 data = out.push(ev.pcm)  # raw encodings only: microseconds per frame, fine on the loop
                 if data:
@@ -218,4 +252,5 @@ class SimpleSession:
         return obj
 
     async def _send_json(self, obj: dict[str, Any]) -> None:
+        assert self.sender is not None
         await self.sender.json(obj)

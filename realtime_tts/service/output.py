@@ -26,11 +26,13 @@ class Output:
                             silence_db=cfg.silence_db)
         self._framer = Framer(sample_rate, first_frame_ms=cfg.first_frame_ms, frame_ms=cfg.frame_ms)
         self._stats = stats
+        self._production: Production | None = None
 
     async def events(self, production: Production, wants_events: Callable[[], bool]) -> AsyncIterator[Event]:
         """Ordered events until production ends and all its audio is out (or cancel). Engine errors are raised
         here (errors.TTSError). Segment events only when wants_events()."""
         stats = self._stats
+        self._production = production
         while True:
             seg = await production.segments.get()
             if seg is None or isinstance(seg, Cancelled) or production.cancelled:
@@ -56,10 +58,14 @@ class Output:
                 stats.batch_sizes.append(item.batch_size)
                 for frame in self._push(item.samples, seg.index):
                     yield frame
+                if production.cancelled:
+                    return
                 if item.last:
                     break
             for frame in self._emit(self._framer.flush(), seg.index):
                 yield frame
+            if production.cancelled:
+                return
             production.live.pop(seg.index, None)
             production.lookahead.release()
             stats.num_segments += 1
@@ -77,7 +83,11 @@ class Output:
         return self._emit(self._framer.push(to_pcm16(self._pacer.push(samples))), index)
 
     def _emit(self, frames: list[bytes], index: int) -> Iterator[AudioFrame]:
-        """Frames as they are sent: counted one by one as the consumer takes each (deadlines read the count)."""
+        """Frames as they are sent: counted one by one as the consumer takes each (deadlines read the count).
+        None after a cancel: one engine chunk can be seconds of audio (a whole sentence on the CPU voice), so
+        the cancel is checked before every frame, not once per chunk."""
         for pcm in frames:
+            if self._production is not None and self._production.cancelled:
+                return
             self._stats.note_audio(len(pcm) // 2)
             yield AudioFrame(pcm, index)

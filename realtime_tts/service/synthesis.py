@@ -74,6 +74,7 @@ class Synthesis:
         self._output = Output(self.sample_rate, cfg.pacing, self._stats)
         self._splitter: asyncio.Task[None] | None = None
         self._ended = False
+        self.units_out = 0  # units handed to production so far (each becomes one segment, in order)
         self.cancel_stage: str | None = None
         self.error: TTSError | None = None
         self.warnings: tuple[str, ...] = ()  # e.g. a preset this engine plays with another voice
@@ -140,6 +141,7 @@ class Synthesis:
     def _put_units(self, units: list[Unit]) -> None:
         for u in units:
             if u.text.strip():
+                self.units_out += 1
                 self._speculation.unit_out(u)
                 self._production.units.put_nowait(u)
 

@@ -184,3 +184,42 @@ def test_two_workers_share_a_saved_voice(service: Service, loop_thread: Any) -> 
             break
         time.sleep(0.1)
     assert len(served) == 2 and all(n >= 1 for n in served.values()), served
+
+
+def test_a_session_keeps_one_voice_across_its_contexts(service: Service, loop_thread: Any) -> None:
+    """Session mode (service/session.py): every context of a session is on the session's VoiceThread, so the
+    second context (opened after the first ended) is spoken on the first context's first segment; another
+    session has a voice of its own."""
+    from realtime_tts.service.session import ContextDone, Session
+
+    params = parse_ws_stream({"text": ".", "num_step": 4}, max_chars=100).params
+
+    async def run() -> tuple[Session, Session, dict[str, int]]:
+        one, two = Session(service, params), Session(service, params)
+        segments: dict[str, int] = {}
+
+        async def reply(session: Session, cid: str, text: str) -> None:
+            session.speak(cid, text)
+            while True:
+                got, ev = await session.next()
+                if isinstance(ev, SegmentStarted):
+                    segments[got] = segments.get(got, 0) + 1
+                if got == cid and isinstance(ev, ContextDone):
+                    assert ev.reason == "end", ev
+                    return
+
+        await reply(one, "a", TEXT)
+        await reply(one, "b", "They carry cold water to the sea. Some of them freeze in winter.")
+        await reply(two, "c", "Good morning, and welcome to the show. Today we talk about rivers.")
+        await one.aclose()
+        await two.aclose()
+        return one, two, segments
+
+    one, two, segments = loop_thread.run(run(), timeout=180)
+    t1, t2 = one.voice_thread, two.voice_thread
+    assert t1.prompt is not None and t2.prompt is not None and t1.prompt.codes != t2.prompt.codes
+    first = (t1.prompt.key or "").removeprefix("gen:")
+    assert first.endswith("-0")
+    # every segment of the session but the first is conditioned on the first one: a's later ones and all of b's
+    assert [src.removeprefix("gen:") for _, src in t1.history] == [first] * (segments["a"] + segments["b"] - 1)
+    assert segments["a"] >= 3 and segments["b"] >= 1  # so b's first segment is among the conditioned ones

@@ -22,7 +22,8 @@ import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model, free_port, serve, versions  # bench/machine.py
+from local_server import free_port, start_server, stop_server  # bench/local_server.py
+from machine import cpu_model, versions  # bench/machine.py
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCE = "Every request in this burst carries a long text that takes minutes to speak aloud. "
@@ -70,13 +71,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     port = free_port()
-    proc = serve(port, "--cpu-workers", str(args.workers))
+    proc = start_server(port, ["--cpu-workers", str(args.workers)], timeout_s=120)
     try:
         r = asyncio.run(burst(f"http://127.0.0.1:{port}", args.clients, args.chars, args.format, not args.buffered,
                               psutil.Process(proc.pid)))
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_server(proc)
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     row = (f"| {now} | {versions().rsplit(' ', 1)[-1]} | {args.clients} x {args.chars} chars {args.format}"
            f"{' buffered' if args.buffered else ' streamed'} | {args.workers} | {r['ok']} | {r['refused']} | "

@@ -1,5 +1,5 @@
-"""Start `realtime-tts serve` on a free port for a benchmark, and stop it (barge_in.py, load.py and through it omnivoice_serve.py). The
-reliability branch adds the same as bench/machine.serve/free_port: when it lands, keep one of the two."""
+"""Start `realtime-tts serve` on a free port for a benchmark, and stop it (barge_in.py, load.py and through it
+omnivoice_serve.py; soak.py, ws_readers.py, burst.py)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model, free_port, serve, versions  # bench/machine.py
+from local_server import free_port, start_server, stop_server  # bench/local_server.py
+from machine import cpu_model, versions  # bench/machine.py
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_RATE = 24_000
@@ -370,7 +371,7 @@ def main() -> None:
                    and c.status == psutil.CONN_LISTEN and c.pid)
     else:
         port = free_port()
-        proc = serve(port, "--cpu-workers", str(args.workers), env={"REALTIME_TTS_PUBLIC_METRICS": "true"})
+        proc = start_server(port, ["--cpu-workers", str(args.workers)], timeout_s=120)
         http, pid = f"http://127.0.0.1:{port}", proc.pid
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     results: dict[str, list[Outcome]] = {}
@@ -395,8 +396,7 @@ def main() -> None:
         healthy = httpx.get(http + "/health", headers=headers, timeout=10).json().get("status")
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop_server(proc)
     rows, errors, refused, kinds = scenario_table(results)
     mem, growth = growth_table(sampler, args.warmup_minutes * 60, args.window_minutes * 60)
     total = sum(len(v) for v in results.values())

@@ -29,7 +29,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model, free_port, serve, versions  # bench/machine.py
+from local_server import free_port, start_server, stop_server  # bench/local_server.py
+from machine import cpu_model, versions  # bench/machine.py
 
 REPO = Path(__file__).resolve().parents[1]
 RATE = 24_000
@@ -99,13 +100,12 @@ def main() -> None:
     ap.add_argument("--audio-s", type=float, default=120.0)
     args = ap.parse_args()
     port = free_port()
-    proc = serve(port, "--cpu-workers", "1", env={"REALTIME_TTS_PUBLIC_METRICS": "true"})
+    proc = start_server(port, ["--cpu-workers", "1"], timeout_s=120)
     try:
         p = paced(port, args.audio_s)
         st = stopped(port, psutil.Process(proc.pid))
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_server(proc)
     commit = versions().rsplit(" ", 1)[-1]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     rows = [

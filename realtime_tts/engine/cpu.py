@@ -125,7 +125,10 @@ def _worker_main(conn: Connection, threads: int) -> None:
         except (EOFError, OSError):
             return
         if job is None:  # the web process's liveness ping
-            conn.send(("pong", os.getpid()))
+            try:
+                conn.send(("pong", os.getpid()))
+            except (BrokenPipeError, OSError):  # the web process went away (shutdown) while it pinged
+                return
             continue
         text, sentence, speed, seed, voice = job
         try:

@@ -179,7 +179,7 @@ def create_app(config: Config) -> Starlette:
     drain = Drain()  # lifecycle.DrainingServer drives it on SIGTERM
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={TTSError: on_tts_error, Exception: on_error},
-                    middleware=[Middleware(access_log, config), Middleware(drain.gate)])  # type: ignore[arg-type]
+                    middleware=[Middleware(access_log, config), Middleware(drain.gate)])
     app.state.tts = state
     app.state.drain = drain
     return app

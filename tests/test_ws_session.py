@@ -57,7 +57,7 @@ def test_two_contexts_flush_end_and_events(server: Server) -> None:
         _check_segments(ctx.sent_text, ctx.segments)
         assert ctx.messages[-1]["type"] == "context.done"
         assert ctx.done["stats"]["audio_duration_ms"] == pytest.approx(ctx.samples / 24, abs=0.05)
-        for start, end in zip(ctx.segments, ctx.ended_segments):
+        for start, end in zip(ctx.segments, ctx.ended_segments, strict=True):
             assert end["audio_end_sample"] > start["audio_start_sample"] and end["gen_ms"] > 0
         assert all(w["estimated"] for w in ctx.words)
         words = [w for msg in ctx.words for w in msg["words"]]
@@ -116,7 +116,8 @@ def test_cancel_reports_what_was_heard_and_no_audio_after_it(server: Server) -> 
     ctx = c.contexts["long"]
     assert done["reason"] == "cancelled" and done["granularity"] == "segment" and done["played_ms"] == 1500
     assert ctx.samples == round(done["audio_sent_ms"] * 24), (ctx.samples, done["audio_sent_ms"])
-    heard = [s for s, e in zip(ctx.segments, ctx.ended_segments) if e["audio_end_sample"] <= 1500 * 24]
+    # not strict: the segment playing at the cancel may have started without ending
+    heard = [s for s, e in zip(ctx.segments, ctx.ended_segments, strict=False) if e["audio_end_sample"] <= 1500 * 24]
     expected_end = heard[-1]["text_end"] if heard else 0
     assert done["unspoken_start"] == expected_end and done["text_spoken"] == LONG[:expected_end]
     assert len(ctx.segments) < 40  # it stopped early

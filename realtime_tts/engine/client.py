@@ -244,7 +244,8 @@ class OmniVoiceEngine:
         try:
             await asyncio.wait_for(asyncio.shield(w.ready), self.load_timeout_s)
         except TimeoutError:
-            raise errors.EngineUnavailable(f"worker {w.worker_id} did not load within {self.load_timeout_s} s")
+            raise errors.EngineUnavailable(
+                f"worker {w.worker_id} did not load within {self.load_timeout_s} s") from None
 
     async def stop(self) -> None:
         self._stopping = True

@@ -169,6 +169,16 @@ def pcm_to_float(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
 
 
+def metric(http: str, name: str, **labels: str) -> float:
+    """The sum of the server's /metrics samples named realtime_tts_<name> whose labels include `labels` (0 when
+    there are none yet), read with prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{http}/metrics", timeout=10).text
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == f"realtime_tts_{name}" and labels.items() <= s.labels.items())
+
+
 def assert_speech(samples: np.ndarray, *, min_s: float, max_s: float) -> None:
     """Real speech: duration in range, RMS sane, most 20 ms windows non-silent, no clipping."""
     dur = len(samples) / SAMPLE_RATE

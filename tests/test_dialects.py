@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-from live_server import Server, start_server, stop_server
+from live_server import Server, metric, start_server, stop_server
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
@@ -59,9 +59,7 @@ def recv_json(ws: ClientConnection, timeout: float = 30) -> dict[str, Any]:
 
 
 def cancelled(server: Server, endpoint: str) -> float:
-    text = httpx.get(server.http + "/metrics").text
-    prefix = f'realtime_tts_requests_total{{endpoint="{endpoint}",status="cancelled"'
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+    return metric(server.http, "requests_total", endpoint=endpoint, status="cancelled")
 
 
 def decode_raw(data: bytes, rate: int, subtype: str) -> np.ndarray:

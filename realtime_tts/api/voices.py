@@ -26,7 +26,7 @@ from realtime_tts import omnivoice_text
 from realtime_tts.api.http import _form
 from realtime_tts.engine.base import Engine, SegmentRequest, Voice, VoicePrompt
 from realtime_tts.errors import BadRequest, TTSError
-from realtime_tts.protocol import SpeechRequest
+from realtime_tts.protocol import SpeechRequest, _Reader
 from realtime_tts.voices import reference
 from realtime_tts.voices.store import SavedVoice, VoiceStore, check_metadata
 
@@ -110,16 +110,10 @@ def _optional(fields: dict[str, Any], name: str) -> str | None:
 
 
 def _seed(fields: dict[str, Any]) -> int | None:
-    value = fields.get("seed")
-    if value is None or value == "":
+    # the wire's integer rules (protocol._Reader): "9" in a form, 9 or 9.0 in JSON; 1.5 and true are refused
+    if fields.get("seed") == "":
         return None
-    try:
-        seed = int(value)
-    except (TypeError, ValueError):
-        raise BadRequest(f"seed must be an integer, got {value!r}", field="seed") from None
-    if not 0 <= seed < 2**63:
-        raise BadRequest(f"seed must be in 0..2^63-1, got {seed}", field="seed")
-    return seed
+    return _Reader(fields, frozenset(fields), coerce=True).integer("seed", 0, 2**63 - 1)
 
 
 class VoiceRoutes:

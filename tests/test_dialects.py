@@ -169,6 +169,8 @@ def test_cartesia_refusals_name_the_field_and_keep_the_socket(server: Server) ->
         ws.send(json.dumps({**CARTESIA, "voice": {"mode": "id", "id": "voice_0123456789abcdef"}, "context_id": "s",
                             "transcript": "Hi.", "continue": False}))
         e4 = recv_json(ws)
+        ws.send(json.dumps({**CARTESIA, "context_id": "l", "transcript": "Hi.", "language": 5, "continue": False}))
+        e5 = recv_json(ws)  # not spoken in the default language behind the client's back
         # an end with nothing to say (LiveKit's empty turn, pipecat's repeated flush): done at once, no audio
         ws.send(json.dumps({**CARTESIA, "context_id": "empty", "transcript": " ", "continue": False}))
         empty = recv_json(ws)
@@ -179,6 +181,7 @@ def test_cartesia_refusals_name_the_field_and_keep_the_socket(server: Server) ->
     assert (e3["context_id"], e3["field"]) == ("y", "output_format.sample_rate")
     assert (e4["context_id"], e4["field"], e4["title"]) == ("s", "voice", "unsupported_voice_mode")
     assert "omnivoice" in e4["error"]
+    assert (e5["type"], e5["context_id"], e5["field"]) == ("error", "l", "language")
     assert empty == {"type": "done", "context_id": "empty", "status_code": 206, "done": True}
     assert out["ok"]["types"][-1] == "done" and out["ok"]["audio"]
 

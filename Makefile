@@ -19,14 +19,15 @@ $(VENV)/bin/python:
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed-serve: pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/python -m pip install -q -e .
+# The client package (clients/python: `realtime-tts say`, the LLM bridge, bench/load.py) installs beside it.
+$(VENV)/.installed-serve: pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e . -e clients/python
 	touch $@
 
 # The reference `omnivoice` package is the parity oracle only: installed without its training/UI
 # dependencies (gradio, webdataset, ...), which the model code we compare against never imports.
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/python -m pip install -q -e '.[test]'
+$(VENV)/.installed-test: pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e '.[test]' -e clients/python
 	$(VENV)/bin/python -m pip install -q --no-deps omnivoice==0.2.1
 	touch $@ $(VENV)/.installed-serve
 

@@ -1,4 +1,4 @@
-"""Start `realtime-tts serve` on a free port for a benchmark, and stop it (barge_in.py, omnivoice_serve.py). The
+"""Start `realtime-tts serve` on a free port for a benchmark, and stop it (barge_in.py, load.py and through it omnivoice_serve.py). The
 reliability branch adds the same as bench/machine.serve/free_port: when it lands, keep one of the two."""
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -149,6 +150,18 @@ def test_two_replicas_behind_nginx_one_goes(tmp_path: Path, how: str) -> None:
         a.proc.send_signal(getattr(signal, how))
         if how == "SIGKILL":
             a.proc.wait(10)
+        else:
+            # "new connections go to the survivor" holds once A has seen the signal and closed its listener;
+            # a request that reaches A in the instant before that is served by A, as any replica would be
+            listener_closed = False
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", a.port), timeout=0.5).close()
+                except OSError:
+                    listener_closed = True
+                    break
+                time.sleep(0.05)
+            assert listener_closed, "the draining replica still accepts connections 5 s after SIGTERM"
 
         # new connections after the kill: plain HTTP and WebSocket, all served, all by B
         after = []

@@ -22,6 +22,7 @@ from starlette.websockets import WebSocket
 from realtime_tts import protocol, text
 from realtime_tts.api import dialects
 from realtime_tts.api.access_log import access_log
+from realtime_tts.api.demo import routes as demo_routes
 from realtime_tts.api.drain import Drain
 from realtime_tts.api.errors import error_response
 from realtime_tts.api.http import _form, _json_body, respond, style_instructions
@@ -111,7 +112,7 @@ class AppState:
             "endpoints": ["WS /v1/stream", "WS /v1/stream/text", "POST /v1/audio/speech", "POST /v1/synth",
                           "POST /v1/audio/clone", "POST /v1/audio/design", "GET /v1/voices",
                           "POST /v1/voices", "GET /v1/voices/{voice_id}", "DELETE /v1/voices/{voice_id}", "GET /health", "GET /v1/models",
-                          "GET /metrics", *dialects.PATHS],
+                          "GET /metrics", "GET /demo", *dialects.PATHS],
             "docs": "docs/protocol.md",
         })
 
@@ -175,6 +176,7 @@ def create_app(config: Config) -> Starlette:
         WebSocketRoute("/v1/stream/text", state.ws_stream_text),
         *voice_routes(state, state.voices),
         *dialects.routes(state),  # Cartesia, ElevenLabs and Deepgram WebSockets
+        *demo_routes(),
     ]
     drain = Drain()  # lifecycle.DrainingServer drives it on SIGTERM
     app = Starlette(routes=routes, lifespan=lifespan,

@@ -20,6 +20,7 @@ COMMANDS: list[str] = [
     "check",
     "install-service",
     "voices",
+    "say",
 ]
 
 

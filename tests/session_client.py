@@ -190,3 +190,23 @@ class SessionClient:
         ctx.audio += payload
         self.log.append(("<", f"[audio {ctx.id} seg {seg} flags {flags} {len(payload)} B]"))
         return ("audio", (flags, ctx.id, seg, seq, offset), payload)
+
+
+def heard_cut(ctx: Ctx, limit: int) -> tuple[int, str]:
+    """Where a cancel whose played_ms is `limit` samples (negotiated rate) cuts the text, from what the client
+    received (docs/protocol.md, Cancel): the end of the segments whose audio ended by then; inside the first one
+    that did not, the start of its first word whose audio had not ended, if its words message came and one of
+    its words had ended. Returns (unspoken_start, granularity)."""
+    ended = {e["segment_index"]: e["audio_end_sample"] for e in ctx.ended_segments}
+    words = {m["segment_index"]: m["words"] for m in ctx.words}
+    end = 0
+    for seg in ctx.segments:
+        i = seg["segment_index"]
+        if i in ended and ended[i] <= limit:
+            end = seg["text_end"]
+            continue
+        ws = words.get(i, [])
+        if ws and ws[0]["end_sample"] <= limit:
+            end = next(w["text_start"] for w in ws if w["end_sample"] > limit)
+        return end, "word" if ws else "segment"
+    return end, "word" if ctx.segments else "segment"

@@ -170,7 +170,7 @@ class SessionSocket:
                 "sample_rates": [8000, 48000],
                 "framings": list(protocol_session.FRAMINGS),
                 "word_timings": "estimated",
-                "cancel_granularity": "segment",
+                "cancel_granularity": "word",
                 "voice_continuity": continuity,
             },
         }

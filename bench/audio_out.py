@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-from machine import cpu_model  # bench/machine.py (the script's own folder is on sys.path)
+from machine import cpu_model, history_rows  # bench/machine.py (the script's own folder is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -92,12 +92,7 @@ def main() -> None:
     versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("av", "soxr", "numpy", "hibari-tts"))
     mp3 = next(r for r in rows[2:] if r.startswith("| mp3 | - | 24000"))
     out = REPO / "bench" / "results" / "audio_out.md"
-    history = [f"| {when} | {commit} | {mp3.split('|')[4].strip()} |"]
-    if out.exists():
-        text = out.read_text()
-        if "## History" in text:
-            history = [line for line in text.split("## History", 1)[1].splitlines() if line.startswith("| 20")] \
-                + history
+    history = [*history_rows(out), f"| {when} | {commit} | {mp3.split('|')[4].strip()} |"]
     out.write_text(
         "# Wire audio stage (audio_out.py) on CPU-voice audio\n\n"
         f"- command: `python bench/audio_out.py --seconds {args.seconds:g}`\n"

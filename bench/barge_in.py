@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from local_server import free_port, start_server, stop_server  # bench/local_server.py
-from machine import cpu_model, git_commit
+from machine import cpu_model, git_commit, history_rows
 from websockets.sync.client import ClientConnection, connect
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,10 +156,8 @@ def main() -> None:
     versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("websockets", "uvicorn", "starlette", "hibari-tts"))
     out = REPO / "bench" / "results" / "barge_in_cpu.md"
     first = rows[0].split("|")
-    history = [f"| {when} | {commit} | {first[3].strip()} | {first[5].strip()} | {first[8].strip()} |"]
-    if out.exists() and "## History" in out.read_text():
-        history = [line for line in out.read_text().split("## History", 1)[1].splitlines()
-                   if line.startswith("| 20")] + history
+    history = [*history_rows(out),
+               f"| {when} | {commit} | {first[3].strip()} | {first[5].strip()} | {first[8].strip()} |"]
     out.write_text(
         "# Barge-in on the CPU voice: cancel -> done, audio after cancel\n\n"
         f"- command: `python bench/barge_in.py --trials {args.trials}`\n"

@@ -14,8 +14,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import socket
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -23,10 +21,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import websockets
-from machine import cpu_model  # bench/machine.py (the script's own folder is on sys.path)
+from local_server import free_port, start_server, stop_server  # bench/local_server.py
+from machine import cpu_model, git_commit  # bench/machine.py (the script's own folder is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = "Hello there, how are you today?"  # 6 words
@@ -38,26 +36,6 @@ LONG = (
     "every thirty seconds until dawn, and drank his tea standing by the window. When the automatic lamp was "
     "finally installed, he stayed on anyway, because somebody had to listen to the sea. "
 ) * 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port),
-                             "--log-level", "warning"], cwd=REPO)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("server did not start")
 
 
 async def one(url: str, text: str, seed: int) -> tuple[float, float, float, float, float]:
@@ -179,10 +157,8 @@ def versions() -> str:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
             return "-"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=False).stdout
     return (f"python {platform.python_version()}, hibari-tts {v('hibari-tts')}, onnxruntime {v('onnxruntime')}, "
-            f"numpy {v('numpy')}, uvicorn {v('uvicorn')}, starlette {v('starlette')}, realtime_tts {commit.strip()}")
+            f"numpy {v('numpy')}, uvicorn {v('uvicorn')}, starlette {v('starlette')}, realtime_tts {git_commit(REPO)}")
 
 
 def main() -> None:
@@ -196,22 +172,21 @@ def main() -> None:
     cores = os.cpu_count() or 1
     procs_xrt = voice_alone_processes(cores, 2)
     port = args.port or free_port()
-    proc = start_server(port)
+    proc = start_server(port, [], timeout_s=120)
     url = f"ws://127.0.0.1:{port}/v1/stream"
     try:
         asyncio.run(run(url, 1, 3, SHORT))  # warm-up
         short = [asyncio.run(run(url, c, args.requests, SHORT)) for c in (1, 2, 4)]
         bulks = [bulk(url, c, args.bulk_requests, proc.pid) for c in (1, 2, 4)]
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop_server(proc)
     lines = [
         ("| clients | requests | first audio p50 (ms) | p95 (ms) | server ttfa p50 (ms) | of which voice queue+gen "
          "p50 (ms) | server overhead p50 (ms) | x-realtime (short) | x-realtime (bulk) | bulk x-realtime per core | "
          "bulk audio s per CPU s |"),
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s, b in zip(short, bulks):
+    for s, b in zip(short, bulks, strict=True):
         lines.append(f"| {s['clients']} | {s['n']} | {s['p50']:.1f} | {s['p95']:.1f} | {s['srv_p50']:.1f} | "
                      f"{s['gen_p50']:.1f} | {s['overhead_p50']:.1f} | "
                      f"{s['xrt']:.1f} | {b['xrt']:.1f} | {b['xrt'] / cores:.1f} | {b['per_cpu_s']:.1f} |")

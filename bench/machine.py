@@ -41,3 +41,14 @@ def git_commit(repo: Path) -> str:
                               check=False).stdout.strip() or "unknown"
     except OSError:
         return "unknown"
+
+
+def history_rows(results_file: Path) -> list[str]:
+    """The dated rows of a results file's "## History" table (none when the file or the table is absent), so a
+    benchmark can write them back with its own row appended."""
+    if not results_file.exists():
+        return []
+    text = results_file.read_text()
+    if "## History" not in text:
+        return []
+    return [line for line in text.split("## History", 1)[1].splitlines() if line.startswith("| 20")]

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import git_commit  # the bench directory is not a package
+from machine import git_commit, history_rows  # the bench directory is not a package
 from omnivoice_serve import (  # the bench directory is not a package
     REPO,
     SR,
@@ -147,11 +147,7 @@ def main() -> None:
                     f"{b_on['xrt']:.1f} ({b_on['p50_s']:.2f}) | {b_off['xrt']:.1f} ({b_off['p50_s']:.2f}) | "
                     f"ok {b_on['ok']} vs {b_off['ok']} |")
     out_path = Path(args.out_dir) / f"{args.name}.md"
-    history = []
-    if out_path.exists():
-        text = out_path.read_text()
-        if "## History" in text:
-            history = [ln for ln in text.split("## History", 1)[1].splitlines() if ln.startswith("| 20")]
+    history = history_rows(out_path)
     header = "| date | commit | workload | figure | continuity on | continuity off | notes |\n|---|---|---|---|---|---|---|"
     errors = [e for run in (on, off) for r in run["agents"] for e in r["errors"]]
     errors += [e for run in (on, off) if run["bulk"] for e in run["bulk"]["errors"]]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests" / "plugins"))  # drive.py: the texts the p
 
 from drive import SHORT, run_in
 from live_server import Server, start_server, stop_server
-from machine import cpu_model, git_commit
+from machine import cpu_model, git_commit, history_rows
 
 FRAMEWORKS = ("pipecat", "livekit")
 PLUGINS = ("cartesia", "elevenlabs", "deepgram", "openai")
@@ -93,9 +93,7 @@ def main() -> None:
     versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("hibari-tts", "starlette", "uvicorn"))
     first_ms = [float(r.split("|")[5].split(",")[0]) for r in rows[2:]]
     out = REPO / "bench" / "results" / "plugins.md"
-    history = [f"| {when} | {commit} | {min(first_ms):.0f} | {max(first_ms):.0f} |"]
-    if out.exists() and "## History" in (text := out.read_text()):
-        history = [ln for ln in text.split("## History", 1)[1].splitlines() if ln.startswith("| 20")] + history
+    history = [*history_rows(out), f"| {when} | {commit} | {min(first_ms):.0f} | {max(first_ms):.0f} |"]
     out.write_text(
         "# Stock voice-agent TTS plugins against realtime_tts (CPU voice)\n\n"
         "- command: `python bench/plugins.py`\n"

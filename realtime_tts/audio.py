@@ -62,7 +62,7 @@ class Pacer:
         starts = np.concatenate([[0], edges])
         ends = np.concatenate([edges, [num_windows]])
         out: list[np.ndarray] = []
-        for s, e in zip(starts.tolist(), ends.tolist()):
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             run = body[s * self._win: e * self._win]
             if silent[s]:
                 self._held.append(run)

@@ -324,7 +324,7 @@ class AudioOutput:
             return self._encoder.push(samples)
         enc = self.format.encoding
         if enc == "pcm_f32le":
-            body = np.clip(samples, -1.0, 1.0).astype("<f4").tobytes()
+            body: bytes = np.clip(samples, -1.0, 1.0).astype("<f4").tobytes()
         elif self._g711 is not None:
             body = self._g711.encode(to_int16(samples))
         else:

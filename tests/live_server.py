@@ -171,6 +171,32 @@ def pcm_to_float(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
 
 
+def decode_audio(data: bytes) -> tuple[np.ndarray, int]:
+    """A whole encoded response (mp3, aac, flac, ogg/opus, wav) → (float32 mono samples, its rate), through FFmpeg
+    (PyAV). Not libsndfile: it cannot read a streamed FLAC (no length) nor AAC, and its mp3 decoder returned
+    NaN/1e13 garbage for one bit-identical 22.05 kHz stream in ~5% of decodes."""
+    import io
+
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        frames = list(container.decode(audio=0))
+    samples = np.concatenate([f.to_ndarray().reshape(len(f.layout.channels), -1)[0] for f in frames])
+    if samples.dtype.kind == "i":  # s16/s32 decoders (FLAC, WAV)
+        samples = samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
+    return samples.astype(np.float32, copy=False), frames[0].sample_rate
+
+
+def metric(http: str, name: str, **labels: str) -> float:
+    """The sum of the server's /metrics samples named realtime_tts_<name> whose labels include `labels` (0 when
+    there are none yet), read with prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{http}/metrics", timeout=10).text
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == f"realtime_tts_{name}" and labels.items() <= s.labels.items())
+
+
 def assert_speech(samples: np.ndarray, *, min_s: float, max_s: float) -> None:
     """Real speech: duration in range, RMS sane, most 20 ms windows non-silent, no clipping."""
     dur = len(samples) / SAMPLE_RATE

@@ -8,11 +8,11 @@ import io
 import threading
 import wave
 
-import av
 import numpy as np
 import pytest
 import soundfile as sf
 import soxr
+from live_server import decode_audio
 
 from realtime_tts.audio_out import AudioOutput, OutputFormat, Resampler, wav_header
 from realtime_tts.errors import BadRequest
@@ -39,13 +39,8 @@ def stream(fmt: OutputFormat, parts: list[np.ndarray]) -> list[bytes]:
 
 def decode(data: bytes, container: str) -> tuple[np.ndarray, int]:
     """Whole stream → (float mono samples, rate) with a decoder other than the encoder that made it."""
-    if container in ("aac", "flac"):
-        with av.open(io.BytesIO(data)) as c:
-            frames = list(c.decode(audio=0))
-        y = np.concatenate([f.to_ndarray()[0] for f in frames])
-        if y.dtype.kind == "i":  # FLAC decodes to int16
-            y = y.astype(np.float32) / 32768.0
-        return y, frames[0].sample_rate
+    if container in ("aac", "flac", "mp3"):
+        return decode_audio(data)  # FFmpeg's decoders (live_server.decode_audio says why not libsndfile's)
     with sf.SoundFile(io.BytesIO(data)) as f:
         # read in blocks: a streamed FLAC/WAV states no (or the maximal) length, so read() cannot size one array
         blocks = list(f.blocks(blocksize=65536, dtype="float32"))

@@ -40,7 +40,7 @@ def test_concurrent_clients_get_the_same_audio_as_alone(server: Server) -> None:
     async def together() -> list[bytes]:
         return list(await asyncio.gather(*(_client(f"{server.ws}/v1/stream", t, i) for i, t in enumerate(TEXTS))))
 
-    for got, want, text in zip(asyncio.run(together()), alone, TEXTS):
+    for got, want, text in zip(asyncio.run(together()), alone, TEXTS, strict=True):
         assert got == want, text  # nothing mixed up between sessions
         assert_speech(pcm_to_float(got), min_s=1.5, max_s=6.0)
 

@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-from live_server import Server, start_server, stop_server
+from live_server import Server, decode_audio, metric, start_server, stop_server
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
@@ -59,9 +59,7 @@ def recv_json(ws: ClientConnection, timeout: float = 30) -> dict[str, Any]:
 
 
 def cancelled(server: Server, endpoint: str) -> float:
-    text = httpx.get(server.http + "/metrics").text
-    prefix = f'realtime_tts_requests_total{{endpoint="{endpoint}",status="cancelled"'
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+    return metric(server.http, "requests_total", endpoint=endpoint, status="cancelled")
 
 
 def decode_raw(data: bytes, rate: int, subtype: str) -> np.ndarray:
@@ -171,6 +169,8 @@ def test_cartesia_refusals_name_the_field_and_keep_the_socket(server: Server) ->
         ws.send(json.dumps({**CARTESIA, "voice": {"mode": "id", "id": "voice_0123456789abcdef"}, "context_id": "s",
                             "transcript": "Hi.", "continue": False}))
         e4 = recv_json(ws)
+        ws.send(json.dumps({**CARTESIA, "context_id": "l", "transcript": "Hi.", "language": 5, "continue": False}))
+        e5 = recv_json(ws)  # not spoken in the default language behind the client's back
         # an end with nothing to say (LiveKit's empty turn, pipecat's repeated flush): done at once, no audio
         ws.send(json.dumps({**CARTESIA, "context_id": "empty", "transcript": " ", "continue": False}))
         empty = recv_json(ws)
@@ -181,6 +181,7 @@ def test_cartesia_refusals_name_the_field_and_keep_the_socket(server: Server) ->
     assert (e3["context_id"], e3["field"]) == ("y", "output_format.sample_rate")
     assert (e4["context_id"], e4["field"], e4["title"]) == ("s", "voice", "unsupported_voice_mode")
     assert "omnivoice" in e4["error"]
+    assert (e5["type"], e5["context_id"], e5["field"]) == ("error", "l", "language")
     assert empty == {"type": "done", "context_id": "empty", "status_code": 206, "done": True}
     assert out["ok"]["types"][-1] == "done" and out["ok"]["audio"]
 
@@ -249,7 +250,7 @@ def test_elevenlabs_formats_alignment_and_final(server: Server, reference_s: flo
         eleven_turn(ws, ["Hello there, this is a test.", "And a second sentence."])
         out = eleven_until_final(ws)
     if kind == "mp3":
-        samples, sr = sf.read(io.BytesIO(out["audio"]), dtype="float32")
+        samples, sr = decode_audio(out["audio"])
         assert sr == rate
         assert len(samples) / rate == pytest.approx(reference_s, abs=0.2)
     else:

@@ -11,9 +11,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from live_server import Server, start_server, stop_server
+from live_server import Server, metric, start_server, stop_server
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -35,12 +34,6 @@ def rss_bytes(pid: int) -> int:
     return int(m.group(1)) * 1024
 
 
-def metric(http: str, name: str, label: str) -> float:
-    text = httpx.get(f"{http}/metrics", timeout=10).text
-    m = re.search(rf"^\w*{name}\{{[^}}]*{label}[^}}]*\}} (\S+)$", text, re.MULTILINE)
-    return float(m.group(1)) if m else 0.0
-
-
 def two_thousand_words() -> str:
     sentences = []
     for i in range(200):
@@ -54,7 +47,7 @@ def test_client_that_stops_reading_is_closed_and_memory_stays_bounded(slow_serve
     pid = srv.proc.pid
     text = two_thousand_words()
     assert len(text.split()) == 2000
-    slow_before = metric(srv.http, "errors_total", 'code="slow_reader"')
+    slow_before = metric(srv.http, "errors_total", code="slow_reader")
     base = rss_bytes(pid)
     # max_queue=4: the client's reader thread stops taking frames off the socket after 4 (it "does not read")
     with connect(f"{srv.ws}/v1/stream/text", max_size=None, max_queue=4) as ws:
@@ -62,7 +55,7 @@ def test_client_that_stops_reading_is_closed_and_memory_stays_bounded(slow_serve
         ws.send(json.dumps({"type": "speak", "context_id": "big", "text": text}))
         peak = base
         deadline = time.monotonic() + 60
-        while metric(srv.http, "errors_total", 'code="slow_reader"') == slow_before:
+        while metric(srv.http, "errors_total", code="slow_reader") == slow_before:
             assert time.monotonic() < deadline, "the slow reader was never closed"
             peak = max(peak, rss_bytes(pid))
             time.sleep(0.3)
@@ -83,9 +76,9 @@ def test_client_that_stops_reading_is_closed_and_memory_stays_bounded(slow_serve
     assert received < 40 * 1024 * 1024
     # its engine work is aborted: the CPU voice goes idle at once, not after ~100 s of generation
     deadline = time.monotonic() + 10
-    while metric(srv.http, "pool_idle", 'engine="cpu"') < metric(srv.http, "pool_size", 'engine="cpu"'):
+    while metric(srv.http, "pool_idle", engine="cpu") < metric(srv.http, "pool_size", engine="cpu"):
         assert time.monotonic() < deadline, "engine work went on after the slow reader was closed"
         time.sleep(0.2)
-    assert metric(srv.http, "cancellations_total", 'stage="slow_reader"') >= 1
+    assert metric(srv.http, "cancellations_total", stage="slow_reader") >= 1
     print(f"RSS base {base / 1e6:.1f} MB, peak {peak / 1e6:.1f} MB (+{(peak - base) / 1e6:.1f} MB); "
           f"client received {received / 1e6:.1f} MB after resuming; close code {code}")

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
-from live_server import Server
+from live_server import Server, metric
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -80,19 +78,12 @@ def wire(base: str, path: str, messages: list[dict[str, Any]]) -> dict[str, Any]
     return {"close_code": close_code, "frames": frames}
 
 
-def speculation_hits(http: str) -> float:
-    text = httpx.get(f"{http}/metrics", timeout=10).text
-    m = re.search(r"^\w*speculation_hits_total(?:\{[^}]*\})? (\S+)$", text, re.M)
-    assert m is not None, "no speculation_hits_total in /metrics"
-    return float(m.group(1))
-
-
 def record(server: Server) -> dict[str, Any]:
     out = {}
     for name, (path, messages) in CASES.items():
-        hits = speculation_hits(server.http)
+        hits = metric(server.http, "speculation_hits_total")
         out[name] = wire(server.ws, path, messages)
-        out[name]["speculation_hits"] = speculation_hits(server.http) - hits
+        out[name]["speculation_hits"] = metric(server.http, "speculation_hits_total") - hits
     return out
 
 

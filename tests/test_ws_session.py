@@ -57,7 +57,7 @@ def test_two_contexts_flush_end_and_events(server: Server) -> None:
         _check_segments(ctx.sent_text, ctx.segments)
         assert ctx.messages[-1]["type"] == "context.done"
         assert ctx.done["stats"]["audio_duration_ms"] == pytest.approx(ctx.samples / 24, abs=0.05)
-        for start, end in zip(ctx.segments, ctx.ended_segments):
+        for start, end in zip(ctx.segments, ctx.ended_segments, strict=True):
             assert end["audio_end_sample"] > start["audio_start_sample"] and end["gen_ms"] > 0
         assert all(w["estimated"] for w in ctx.words)
         words = [w for msg in ctx.words for w in msg["words"]]

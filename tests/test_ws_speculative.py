@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from live_server import InProcessServer, Server, assert_speech, ws_exchange
+from live_server import InProcessServer, Server, assert_speech, metric, ws_exchange
 from websockets.sync.client import connect
 
 from realtime_tts.engine.base import AudioChunk, Capabilities, Engine, SegmentRequest, VoicePrompt
@@ -31,13 +30,8 @@ SENTENCE = "Sure, I can help with that."
 
 
 def counters(server_http: str) -> dict[str, float]:
-    text = httpx.get(f"{server_http}/metrics").text
-    out = {}
-    for name in ("speculations_total", "speculation_hits_total", "speculation_misses_total"):
-        m = re.search(rf"^realtime_tts_{name} (\S+)$", text, re.MULTILINE)
-        assert m is not None, name
-        out[name] = float(m.group(1))
-    return out
+    return {name: metric(server_http, name)
+            for name in ("speculations_total", "speculation_hits_total", "speculation_misses_total")}
 
 
 def delta(before: dict[str, float], after: dict[str, float]) -> tuple[float, float, float]:

@@ -223,8 +223,8 @@ def create_app(config: Config) -> Starlette:
     drain = Drain()  # lifecycle.DrainingServer drives it on SIGTERM
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={TTSError: on_tts_error, HTTPException: on_http_error, Exception: on_error},
-                    middleware=[Middleware(keep_ws_protocol), Middleware(access_log, config),  # type: ignore[arg-type]
-                                Middleware(drain.gate), guard])  # type: ignore[arg-type]
+                    middleware=[Middleware(keep_ws_protocol), Middleware(access_log, config), Middleware(drain.gate),
+                                guard])
     app.state.tts = state
     app.state.drain = drain
     return app

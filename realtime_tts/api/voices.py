@@ -26,7 +26,7 @@ from realtime_tts import omnivoice_text
 from realtime_tts.api.http import _form
 from realtime_tts.engine.base import Engine, SegmentRequest, Voice, VoicePrompt
 from realtime_tts.errors import BadRequest, TTSError
-from realtime_tts.protocol import SpeechRequest
+from realtime_tts.protocol import SpeechRequest, _Reader
 from realtime_tts.voices import reference
 from realtime_tts.voices.store import SavedVoice, VoiceStore, check_metadata
 
@@ -54,7 +54,7 @@ async def reference_bytes(fields: dict[str, Any], files: dict[str, UploadFile]) 
     for name in _BASE64_FIELDS:
         b64 = fields.get(name)
         if isinstance(b64, str) and b64.strip():
-            return _b64(b64, name)
+            return await asyncio.to_thread(_b64, b64, name)
     raise BadRequest("ref_audio (a file part) or ref_audio_base64 is required", field="ref_audio")
 
 
@@ -69,7 +69,7 @@ class ReferenceCache:
 
     async def prompt(self, service: Service, engine: Engine, data: bytes, ref_text: str | None) -> VoicePrompt:
         text = (ref_text or "").strip()
-        key = hashlib.sha256(data + b"\0" + text.encode()).hexdigest()[:32]
+        key = await asyncio.to_thread(_reference_key, data, text)  # up to 20 MiB: off the event loop
         hit = self._prompts.get(key)
         if hit is not None and hit.engine == engine.capabilities.engine:
             self._prompts.move_to_end(key)
@@ -89,8 +89,14 @@ class ReferenceCache:
         if req.ref_audio is None:
             return None
         engine = state.pool.route(req.params.model, "clone")  # the CPU voice: 400 naming omnivoice
-        data = _b64(req.ref_audio, "ref_audio_base64")
+        data = await asyncio.to_thread(_b64, req.ref_audio, "ref_audio_base64")  # ~100 ms for 20 MiB
         return await self.prompt(state.service, engine, data, req.ref_text)
+
+
+def _reference_key(data: bytes, text: str) -> str:
+    digest = hashlib.sha256(data)
+    digest.update(b"\0" + text.encode())
+    return digest.hexdigest()[:32]
 
 
 def _b64(value: str, name: str) -> bytes:
@@ -110,16 +116,10 @@ def _optional(fields: dict[str, Any], name: str) -> str | None:
 
 
 def _seed(fields: dict[str, Any]) -> int | None:
-    value = fields.get("seed")
-    if value is None or value == "":
+    # the wire's integer rules (protocol._Reader): "9" in a form, 9 or 9.0 in JSON; 1.5 and true are refused
+    if fields.get("seed") == "":
         return None
-    try:
-        seed = int(value)
-    except (TypeError, ValueError):
-        raise BadRequest(f"seed must be an integer, got {value!r}", field="seed") from None
-    if not 0 <= seed < 2**63:
-        raise BadRequest(f"seed must be in 0..2^63-1, got {seed}", field="seed")
-    return seed
+    return _Reader(fields, frozenset(fields), coerce=True).integer("seed", 0, 2**63 - 1)
 
 
 class VoiceRoutes:

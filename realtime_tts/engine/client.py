@@ -203,6 +203,7 @@ class OmniVoiceEngine:
         if not config.omnivoice.model:
             raise errors.EngineUnavailable("omnivoice: no model directory configured (--model)")
         self._config = config
+        self._model_ref: str = config.omnivoice.model  # checked above: the str start() resolves
         self._model_dir = ""  # resolved at start(): a hub id may need a download (hub.resolve)
         self._workers: list[_Worker] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -233,7 +234,7 @@ class OmniVoiceEngine:
     async def start(self) -> None:
         if self._started:
             return
-        self._model_dir = str(await asyncio.to_thread(hub.resolve, self._config.omnivoice.model))
+        self._model_dir = str(await asyncio.to_thread(hub.resolve, self._model_ref))
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._workers = [_Worker(i, dev) for i, dev in enumerate(worker_devices(self._config))]
@@ -272,7 +273,8 @@ class OmniVoiceEngine:
         try:
             await asyncio.wait_for(asyncio.shield(w.ready), self.load_timeout_s)
         except TimeoutError:
-            raise errors.EngineUnavailable(f"worker {w.worker_id} did not load within {self.load_timeout_s} s")
+            raise errors.EngineUnavailable(
+                f"worker {w.worker_id} did not load within {self.load_timeout_s} s") from None
 
     async def stop(self) -> None:
         self._stopping = True

@@ -71,7 +71,7 @@ class OmniVoiceModel(nn.Module):
         model.attention = default_attention(dev)
         model.tokenizer = AutoTokenizer.from_pretrained(str(root))
         ids = model.tokenizer.convert_tokens_to_ids(list(SPECIAL_TOKENS))
-        model.special_ids = dict(zip(SPECIAL_TOKENS, ids))
+        model.special_ids = dict(zip(SPECIAL_TOKENS, ids, strict=True))
         if load_codec:
             model.codec = Codec.from_pretrained(root / "audio_tokenizer", device=dev)
         return model

@@ -6,7 +6,7 @@ errors and this package's events, production and stats; never torch, never an en
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class Output:
         self._stats = stats
         self._production: Production | None = None
 
-    async def events(self, production: Production, wants_events: Callable[[], bool]) -> AsyncIterator[Event]:
+    async def events(self, production: Production, wants_events: Callable[[], bool]) -> AsyncGenerator[Event, None]:
         """Ordered events until production ends and all its audio is out (or cancel). Engine errors are raised
         here (errors.TTSError). Segment events only when wants_events()."""
         stats = self._stats

@@ -375,7 +375,7 @@ class Session:
         synth = ctx.synth
         error: TTSError | None = None
         try:
-            async with synth, contextlib.aclosing(synth.events()) as events:  # type: ignore[type-var]
+            async with synth, contextlib.aclosing(synth.events()) as events:
                 async for ev in events:
                     if ctx.cancelled:
                         break

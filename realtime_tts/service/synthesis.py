@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -158,7 +158,7 @@ class Synthesis:
 
     # -- audio out -----------------------------------------------------------------------------------------
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         """Ordered events until the text has ended and all its audio is out (or cancel). Engine errors are
         raised here (errors.TTSError)."""
         self._production.start()

@@ -33,7 +33,7 @@ def estimate_words(raw: str, text_start: int, start_sample: int, end_sample: int
     span = max(0, end_sample - start_sample)
     words: list[Word] = []
     done = 0
-    for m, w in zip(matches, weights):
+    for m, w in zip(matches, weights, strict=True):
         a = start_sample + span * done // total
         done += w
         b = start_sample + span * done // total

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from live_server import start_server, stop_server
+from live_server import metric, start_server, stop_server
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -31,14 +31,6 @@ def busy_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
     stop_server(server)
 
 
-def metric(server: Any, name: str) -> float:
-    total = 0.0
-    for line in httpx.get(server.http + "/metrics", timeout=10).text.splitlines():
-        if line.startswith((f"realtime_tts_{name}{{", f"realtime_tts_{name} ")):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def test_a_busy_worker_refuses_new_requests_at_once(busy_server: Any) -> None:
     long = {"input": LONG, "voice": "auto", "response_format": "pcm", "num_step": 64, "seed": 1}
     results: list[int] = []
@@ -51,7 +43,7 @@ def test_a_busy_worker_refuses_new_requests_at_once(busy_server: Any) -> None:
     for t in workers:
         t.start()
     deadline = time.monotonic() + 120
-    while metric(busy_server, "full_step_seconds") <= 0:  # the worker has measured its steps
+    while metric(busy_server.http, "full_step_seconds") <= 0:  # the worker has measured its steps
         assert time.monotonic() < deadline and all(t.is_alive() for t in workers), "the step clock never warmed up"
         time.sleep(0.05)
 
@@ -81,7 +73,7 @@ def test_a_busy_worker_refuses_new_requests_at_once(busy_server: Any) -> None:
     (frame,) = frames  # the error frame, then the close
     assert frame["type"] == "error" and frame["code"] == "overloaded" and frame["retry_after_ms"] >= 100, frame
 
-    while metric(busy_server, "admission_refusals_total") < 2:  # the worker reports every 0.25 s while busy
+    while metric(busy_server.http, "admission_refusals_total") < 2:  # the worker reports every 0.25 s while busy
         assert time.monotonic() < deadline, "the refusals never reached /metrics"
         time.sleep(0.05)
     for t in workers:

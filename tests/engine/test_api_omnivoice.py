@@ -17,34 +17,11 @@ from typing import Any
 import httpx
 import numpy as np
 import soundfile as sf
+from live_server import pcm_to_float, ws_exchange
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 SR = 24_000
-
-
-def ws_exchange(url: str, messages: list[dict[str, Any]], timeout: float = 120
-                ) -> tuple[bytes, list[dict[str, Any]], int | None]:
-    frames: list[bytes] = []
-    texts: list[dict[str, Any]] = []
-    code = None
-    with connect(url, open_timeout=10, close_timeout=5, max_size=None) as ws:
-        for m in messages:
-            ws.send(json.dumps(m))
-        try:
-            while True:
-                msg = ws.recv(timeout=timeout)
-                if isinstance(msg, bytes):
-                    frames.append(msg)
-                else:
-                    texts.append(json.loads(msg))
-        except ConnectionClosed as e:
-            code = e.rcvd.code if e.rcvd is not None else None
-    return b"".join(frames), texts, code
-
-
-def pcm(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
 
 
 def wav(body: bytes) -> tuple[np.ndarray, int]:
@@ -68,7 +45,8 @@ def test_health_and_models_show_the_omnivoice_worker(omnivoice_server: Any) -> N
 
 def test_the_web_process_never_loads_torch(omnivoice_server: Any) -> None:
     """Serving OmniVoice, the server process maps no torch library; its worker does."""
-    ws_exchange(omnivoice_server.ws + "/v1/stream", [{"text": "Load check.", "num_step": 2, "duration": 0.4}])
+    ws_exchange(omnivoice_server.ws + "/v1/stream", [{"text": "Load check.", "num_step": 2, "duration": 0.4}],
+                timeout=120)
     server_maps = Path(f"/proc/{omnivoice_server.proc.pid}/maps").read_text()
     assert "libtorch" not in server_maps
     (worker_pid,) = omnivoice_server.worker_pids()
@@ -77,28 +55,28 @@ def test_the_web_process_never_loads_torch(omnivoice_server: Any) -> None:
 
 def test_ws_stream_length_rate_and_determinism(omnivoice_server: Any) -> None:
     request = {"text": "Hello from the tiny model.", "seed": 5, "num_step": 4, "duration": 1.0}
-    audio, texts, code = ws_exchange(omnivoice_server.ws + "/v1/stream", [request])
-    assert code == 1000, texts
-    done = texts[-1]
+    r = ws_exchange(omnivoice_server.ws + "/v1/stream", [request], timeout=120)
+    assert r.close_code == 1000, r.texts
+    done = r.terminal
     assert done["done"] is True and done["sample_rate"] == SR
     assert done["stats"]["engine"] == "omnivoice"
-    samples = pcm(audio)
+    samples = r.pcm
     # 1.0 s generated (25 frames × 960); pacing may trim silent edges and add ≤ lead-in + tail
     assert 0.7 <= samples.size / SR <= 1.3, samples.size / SR
     assert float(np.abs(samples).max()) > 0.1
-    again, _, _ = ws_exchange(omnivoice_server.ws + "/v1/stream", [request])
-    assert again == audio, "same text + seed must give the same audio"
-    other, _, _ = ws_exchange(omnivoice_server.ws + "/v1/stream", [{**request, "seed": 6}])
-    assert other != audio
+    again = ws_exchange(omnivoice_server.ws + "/v1/stream", [request], timeout=120)
+    assert b"".join(again.frames) == b"".join(r.frames), "same text + seed must give the same audio"
+    other = ws_exchange(omnivoice_server.ws + "/v1/stream", [{**request, "seed": 6}], timeout=120)
+    assert b"".join(other.frames) != b"".join(r.frames)
 
 
 def test_ws_stream_text_sentence_by_sentence(omnivoice_server: Any) -> None:
     messages = [{"seed": 1, "num_step": 4},
                 {"text": "First sentence is here. "}, {"text": "And a second one follows it."}, {"end": True}]
-    audio, texts, code = ws_exchange(omnivoice_server.ws + "/v1/stream/text", messages)
-    assert code == 1000, texts
-    assert texts[-1]["sentences"] == 2 and texts[-1]["sample_rate"] == SR
-    assert pcm(audio).size > SR // 2
+    r = ws_exchange(omnivoice_server.ws + "/v1/stream/text", messages, timeout=120)
+    assert r.close_code == 1000, r.texts
+    assert r.terminal["sentences"] == 2 and r.terminal["sample_rate"] == SR
+    assert r.pcm.size > SR // 2
 
 
 def test_speech_wav_and_pcm(omnivoice_server: Any) -> None:
@@ -111,7 +89,7 @@ def test_speech_wav_and_pcm(omnivoice_server: Any) -> None:
     r2 = httpx.post(omnivoice_server.http + "/v1/audio/speech", json={**body, "response_format": "pcm"},
                     timeout=120)
     assert r2.status_code == 200 and r2.headers["x-audio-sample-rate"] == str(SR)
-    np.testing.assert_allclose(pcm(r2.content), samples, atol=2 / 32767)
+    np.testing.assert_allclose(pcm_to_float(r2.content), samples, atol=2 / 32767)
 
 
 def test_design_endpoint_and_its_bad_instruct(omnivoice_server: Any) -> None:
@@ -171,10 +149,10 @@ def test_killed_worker_fails_its_stream_restarts_and_health_tells(omnivoice_serv
         health = httpx.get(omnivoice_server.http + "/health").json()
         (worker,) = health["engines"]["omnivoice"]["workers"]
     assert omnivoice_server.worker_pids() != [pid]
-    audio, texts, code = ws_exchange(omnivoice_server.ws + "/v1/stream",
-                                     [{"text": "Back again.", "num_step": 4, "duration": 0.4, "seed": 1}])
-    assert code == 1000 and texts[-1]["done"] is True
-    assert pcm(audio).size > 0
+    r = ws_exchange(omnivoice_server.ws + "/v1/stream",
+                    [{"text": "Back again.", "num_step": 4, "duration": 0.4, "seed": 1}], timeout=120)
+    assert r.close_code == 1000 and r.terminal["done"] is True
+    assert r.pcm.size > 0
     assert "Traceback" not in omnivoice_server.log(), omnivoice_server.log()
 
 

@@ -163,6 +163,10 @@ def test_a_designed_voice(srv: Server) -> None:
     assert synth(srv, voice=voice["voice_id"]).status_code == 200
     bad = httpx.post(srv.http + "/v1/voices", data={"name": "x", "from_design": "female, male"}, timeout=60)
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "instruct"
+    for seed in (1.5, True, -1, "nine"):  # JSON 1.5 / true are not integers (1.5 was once saved as seed 1)
+        bad = httpx.post(srv.http + "/v1/voices", json={"from_design": "female, low pitch", "seed": seed},
+                         timeout=60)
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "seed", (seed, bad.text)
 
 
 def test_presets_are_fixed_voices(srv: Server) -> None:

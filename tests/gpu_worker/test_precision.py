@@ -197,7 +197,7 @@ def forwards(model_bf16: OmniVoiceModel, reference_bf16: Any) -> dict[str, dict[
     exact = copy.deepcopy(reference_bf16).float()
     theirs: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"bf16": [], "exact": []}
     with torch.inference_mode():
-        for it, text in zip(items, TEXTS):
+        for it, text in zip(items, TEXTS, strict=True):
             inp = reference_bf16._prepare_inference_inputs(text, it.num_frames, lang="en")
             full = torch.ones(1, 1, it.cond_len, it.cond_len, dtype=torch.bool, device=DEVICE)
             for name, ref in (("bf16", reference_bf16), ("exact", exact)):
@@ -249,7 +249,7 @@ def test_reference_precision_step_agrees_with_the_reference_step(model_bf16: Omn
         ours = runner.run(_items(model_bf16, 1))
         assert [o.shape for o in ours] == [t.shape for t in theirs]
         assert all(int((o == model_bf16.mask_id).sum()) == 0 for o in ours)
-        agreement[precision] = float(torch.cat([(o == t.cpu()).flatten() for o, t in zip(ours, theirs)])
+        agreement[precision] = float(torch.cat([(o == t.cpu()).flatten() for o, t in zip(ours, theirs, strict=True)])
                                      .float().mean())
     print("\nstep token agreement with the reference (bf16):", agreement)
     # One position of slack: where two ids tie exactly (bf16 logits often do), the fp32 rounding of the
@@ -271,7 +271,7 @@ def test_reference_precision_graph_replay_equals_eager_on_gpu(model_bf16: OmniVo
     graphed = graphed_runner.run(items)
     fp32 = StepRunner(model_bf16, use_fused=True, use_graphs=False).run(items)
     assert graphed_runner.stats.graph_hits > 0
-    for e, g, f in zip(eager, graphed, fp32):
+    for e, g, f in zip(eager, graphed, fp32, strict=True):
         assert torch.equal(e, g)
         # the two precisions pick mostly the same tokens (unrelated grids would agree on ~1/1024)
         assert (e == f).float().mean() > 0.5

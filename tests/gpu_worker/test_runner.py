@@ -158,7 +158,7 @@ def test_fused_scoring_step_matches_model_step(model_fp32: OmniVoiceModel) -> No
     for _ in range(2):
         runner.step(states)
         decoding.step(model_fp32, ref_states)
-    for a, b in zip(states, ref_states):
+    for a, b in zip(states, ref_states, strict=True):
         assert torch.equal(runner.grid(a), b.tokens) and a.step == b.step
 
 
@@ -180,7 +180,7 @@ def test_runner_steps_match_model_steps_with_counters(model_fp32: OmniVoiceModel
     items = _items(model_fp32, num_step=4)
     codes = runner.run(items)
     ref = decoding.run(model_fp32, items)
-    assert all(torch.equal(a, b) for a, b in zip(codes, ref))
+    assert all(torch.equal(a, b) for a, b in zip(codes, ref, strict=True))
     assert runner.stats.steps == 4 and runner.stats.graph_misses == 4 and runner.stats.graph_hits == 0
 
 
@@ -195,12 +195,12 @@ def test_graph_replay_equals_eager_on_gpu(tiny_checkpoint: Path) -> None:
     # fused scoring alone (model backbone, fp32 head as the model's) is the model's step token for token
     plain_fused_scoring = StepRunner(model, use_fused=False, use_graphs=False, fused_scoring=True,
                                      head_tf32=False).run(items)
-    assert all(torch.equal(a, b) for a, b in zip(eager, plain_fused_scoring))
+    assert all(torch.equal(a, b) for a, b in zip(eager, plain_fused_scoring, strict=True))
     stepped = graphed.run(items)
     chained = graphed.run_graphed(items)
     assert graphed.stats.graph_hits >= 8 and graphed.stats.graphs_captured == 1
     assert chained is not None
-    for a, b, c, d in zip(eager, fused_eager, stepped, chained):
+    for a, b, c, d in zip(eager, fused_eager, stepped, chained, strict=True):
         # fp32 with tf32 dots in the fused path: tokens agree almost everywhere
         assert (a == b).float().mean() > 0.95
         assert torch.equal(b, c) and torch.equal(c, d)
@@ -216,7 +216,7 @@ def test_graphed_steps_when_the_batch_changes_on_gpu(tiny_checkpoint: Path) -> N
     graphed = StepRunner(model, use_fused=True, use_graphs=True)
     stepped = graphed.run(items)
     assert graphed.stats.graph_hits == 8 and graphed.stats.graphs_captured >= 1
-    for a, b in zip(fused_eager, stepped):
+    for a, b in zip(fused_eager, stepped, strict=True):
         assert torch.equal(a.cpu(), b.cpu())
 
 
@@ -284,7 +284,7 @@ def test_graphs_follow_joins_and_cancels_on_gpu(tiny_checkpoint: Path) -> None:
     graphed = _staggered(graphed_runner, items)
     assert graphed_runner.stats.graph_hits > 0 and graphed_runner.stats.graph_misses == 0
     alone = [StepRunner(model, use_fused=True, use_graphs=True).run([it])[0] for it in items[1:]]
-    for e, g, solo in zip(eager, graphed, alone):
+    for e, g, solo in zip(eager, graphed, alone, strict=True):
         assert torch.equal(e, g) and torch.equal(g, solo)
 
 

@@ -42,14 +42,14 @@ def _reference_codes(reference: Any, seed: int, **kwargs: Any) -> list[torch.Ten
 def _ours(ours: OmniVoiceModel, seed: int, texts: list[str], prompts: list[ClonePrompt | None] | None = None,
           params: DecodeParams | None = None, **kwargs: Any) -> list[torch.Tensor]:
     prompts = prompts or [None] * len(texts)
-    items = [ov_prepare(ours, t, prompt=p, params=params, **kwargs) for t, p in zip(texts, prompts)]
+    items = [ov_prepare(ours, t, prompt=p, params=params, **kwargs) for t, p in zip(texts, prompts, strict=True)]
     torch.manual_seed(seed)
     return ov_run(ours, items, noise="reference")
 
 
 def _assert_same(ref: list[torch.Tensor], got: list[torch.Tensor]) -> None:
     assert len(ref) == len(got)
-    for r, g in zip(ref, got):
+    for r, g in zip(ref, got, strict=True):
         assert r.shape == g.shape
         assert torch.equal(r.cpu(), g.cpu()), f"{(r != g).sum().item()} of {r.numel()} codes differ"
         assert int((g == 1024).sum()) == 0  # every position revealed
@@ -84,7 +84,7 @@ def test_design_mixed_batch_codes_equal(ours: OmniVoiceModel, reference: Any, in
     ref = _reference_codes(reference, 5, text=texts, language=["en", "English", "zh"], instruct=instruct,
                            num_step=16)
     items = [ov_prepare(ours, t, language=lang, instruct=instruct, params=DecodeParams(num_step=16))
-             for t, lang in zip(texts, ["en", "English", "zh"])]
+             for t, lang in zip(texts, ["en", "English", "zh"], strict=True)]
     torch.manual_seed(5)
     _assert_same(ref, ov_run(ours, items, noise="reference"))
 
@@ -164,7 +164,7 @@ def test_waveforms_match_reference(ours: OmniVoiceModel, reference: Any) -> None
         prompts = [prompt_pair[0]] * 3 if prompt_pair else None
         codes = _ours(ours, 21, MIXED_TEXTS, prompts=prompts, language="en", params=DecodeParams(num_step=8))
         waves = ours.decode(codes)
-        for wave, code, theirs in zip(waves, codes, ref_audio):
+        for wave, code, theirs in zip(waves, codes, ref_audio, strict=True):
             assert wave.dtype == np.float32 and wave.shape == (960 * code.shape[1],)
             rms = prompt_pair[0].ref_rms if prompt_pair else None
             np.testing.assert_allclose(match_loudness(wave, rms), theirs, atol=1e-5, rtol=1e-4)
@@ -174,6 +174,6 @@ def test_batched_decode_equals_one_by_one(ours: OmniVoiceModel) -> None:
     gen = torch.Generator().manual_seed(0)
     codes = [torch.randint(0, 1024, (8, n), generator=gen) for n in (30, 45, 30, 7)]
     together = ours.decode(codes)
-    for c, w in zip(codes, together):
+    for c, w in zip(codes, together, strict=True):
         np.testing.assert_allclose(ours.decode([c])[0], w, atol=1e-6, rtol=1e-5)
         assert math.isfinite(float(np.abs(w).max()))

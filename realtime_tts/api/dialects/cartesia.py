@@ -99,8 +99,9 @@ class CartesiaSocket(DialectSocket):
         if voice_id is not None and not isinstance(voice_id, str):
             raise BadRequest("voice.id must be a string", field="voice.id")
         language = obj.get("language")
-        params, warnings = self.params(voice=voice_id, voice_field="voice.id",
-                                       language=language if isinstance(language, str) else None,
+        if language is not None and not isinstance(language, str):
+            raise BadRequest("language must be a string", field="language")
+        params, warnings = self.params(voice=voice_id, voice_field="voice.id", language=language,
                                        speed=_speed(obj))
         for w in warnings:
             log.info("cartesia context %s: %s", context_id, w)

@@ -122,7 +122,12 @@ class DialectSocket:
         out = self.outputs.get(context_id)
         if out is None:
             return b""
-        return await asyncio.to_thread(out.push, pcm) if out.encodes else out.push(pcm)
+        if not out.encodes:
+            return out.push(pcm)
+        data = await asyncio.to_thread(out.push, pcm)
+        # A cancel read while the codec ran took the context out of the session (a context whose events are
+        # still being written is otherwise in it until its ContextDone): none of its audio goes out after that.
+        return data if self.session.has_context(context_id) else b""
 
     async def finish(self, context_id: str, *, cancelled: bool = False) -> bytes:
         """The context is over: its encoder's tail (nothing when cancelled); the stage is freed."""

@@ -82,14 +82,6 @@ class RateLimited(TTSError):
     retryable = True
 
 
-class SlowReader(TTSError):
-    """A WebSocket client stopped reading the audio sent to it (send blocked past ws_send_timeout_s)."""
-
-    status = 408
-    close_code = 1008
-    code = "slow_reader"
-
-
 class Overloaded(TTSError):
     """Admission refused: queues are full. Clients should retry after retry_after_ms."""
 

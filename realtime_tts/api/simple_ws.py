@@ -220,7 +220,11 @@ class SimpleSession:
 
     def _cancel(self, synth: Synthesis, played_ms: float | None) -> None:
         """Stop now; what was heard is judged from what was sent until now (and the client's played_ms)."""
+        if self.sender is not None:
+            self.sender.drop_audio()  # audio still queued for the socket never leaves
         if not synth.cancelled:
+            if self.sender is not None:
+                self.spoken.sent_until(self.sender.sent_audio_s)
             self.heard = self.spoken.heard(self.text, played_ms)
         synth.cancel("client")
 

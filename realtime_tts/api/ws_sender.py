@@ -74,6 +74,10 @@ class WsSender:
         self.closed = False  # a close was queued or the connection is gone: nothing more is queued
         self.gone_code: int | None = None  # set once the client is gone (or was cut off)
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(QUEUE_FRAMES)
+        # Audio generation: drop_audio() bumps it, and queued (or being queued) audio of an older one never
+        # leaves: nothing of a cancelled response goes out after its cancel was read.
+        self._audio_gen = 0
+        self.sent_audio_s = 0.0  # audio handed to the socket (frames dropped at a cancel not counted)
         self._protocol = protocol_of(ws)
         self._limit_socket_buffer()
         self._task = asyncio.create_task(self._run(), name="ws-sender")
@@ -84,12 +88,27 @@ class WsSender:
     async def audio(self, data: bytes, seconds: float, *, paced: bool = True) -> None:
         """Queue one audio frame (any wire encoding) that plays for `seconds`; waits while the stream is
         max_ahead_s ahead of its play clock."""
+        gen = self._audio_gen
         if paced and self.max_ahead_s > 0:
             over = self.clock.ahead() - self.max_ahead_s
             if over > 0:
                 await asyncio.sleep(over)
+        if gen != self._audio_gen:
+            return  # cancelled while it waited for its turn
         self.clock.add(seconds)
-        await self._put("bytes", data)
+        await self._put("audio", (data, seconds, gen))
+
+    def drop_audio(self) -> None:
+        """A cancel: the audio queued so far (and any frame a producer is queuing right now) never leaves;
+        JSON frames and the close keep their order."""
+        self._audio_gen += 1
+        kept = []
+        while not self._queue.empty():  # get_nowait also wakes a producer blocked on the full queue
+            item = self._queue.get_nowait()
+            if item[0] != "audio":
+                kept.append(item)
+        for item in kept:
+            self._queue.put_nowait(item)
 
     async def json(self, obj: dict[str, Any]) -> None:
         await self._put("text", json.dumps(obj, separators=(",", ":")))
@@ -142,6 +161,12 @@ class WsSender:
     async def _run(self) -> None:
         while True:
             kind, data = await self._queue.get()
+            if kind == "audio":
+                payload, seconds, gen = data
+                if gen != self._audio_gen:
+                    continue  # queued before a cancel
+                self.sent_audio_s += seconds
+                kind, data = "bytes", payload
             try:
                 await self._send_one(kind, data)
             except TimeoutError:

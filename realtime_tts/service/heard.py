@@ -56,6 +56,11 @@ class SpokenLog:
         elif isinstance(ev, SegmentEnded) and self._segments:
             self._segments[-1].audio_end = ev.audio_end_sample
 
+    def sent_until(self, seconds: float) -> None:
+        """The transport's own count of the audio that left (it may drop queued frames at a cancel): audio
+        noted here but never sent is not counted as heard."""
+        self.samples = min(self.samples, round(seconds * self.sample_rate))
+
     def heard(self, raw_text: str, played_ms: float | None) -> Heard:
         """Audio counts as heard when it was sent and ended before played_ms (without played_ms: when it was all
         sent). Whole segments first (they are consecutive in the text, so what was heard is a prefix of it); then,

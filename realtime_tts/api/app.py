@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from realtime_tts import protocol, text
@@ -218,8 +218,14 @@ def create_app(config: Config) -> Starlette:
     # The guard wraps the router itself, so every route, present or added later, is behind it (tests/test_auth.py
     # walks the route table to prove it). It sits inside the access log (refusals are logged) and the drain gate;
     # keep_ws_protocol, outermost, keeps uvicorn's protocol object before the others wrap send.
-    guard = Middleware(Guard, auth=state.auth, metrics=state.metrics, connections=state.connections,  # type: ignore[arg-type]
-                       rate=state.rate, public=public, routes=lambda: app.router.routes)
+    app: Starlette | None = None  # the guard reads the route table at request time, once the app exists
+
+    def current_routes() -> list[BaseRoute]:
+        assert app is not None
+        return app.router.routes
+
+    guard = Middleware(Guard, auth=state.auth, metrics=state.metrics, connections=state.connections,
+                       rate=state.rate, public=public, routes=current_routes)
     drain = Drain()  # lifecycle.DrainingServer drives it on SIGTERM
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={TTSError: on_tts_error, HTTPException: on_http_error, Exception: on_error},

@@ -38,7 +38,8 @@ _PROTOCOL = "realtime_tts.ws_protocol"
 
 def principal_of(conn: Any) -> Principal | None:
     """The Principal the guard let in (a Starlette Request or WebSocket); None for public paths."""
-    return conn.scope.get("state", {}).get("principal")
+    principal: Principal | None = conn.scope.get("state", {}).get("principal")
+    return principal
 
 
 def protocol_of(conn: Any) -> Any:

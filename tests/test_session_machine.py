@@ -15,6 +15,8 @@ Size: SETTINGS below: 30 examples x up to 30 steps; 20-45 s here (2 cores shared
 from __future__ import annotations
 
 import time
+import unicodedata
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, event, settings
@@ -27,7 +29,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from live_server import Server
+from live_server import Server, start_server, stop_server
 from session_client import Ctx, SessionClient
 
 from realtime_tts.text import normalize_space
@@ -36,6 +38,10 @@ MAX_LIVE = 8
 SETTINGS = settings(max_examples=30, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
+LATIN_TEXT = [ch for ch in map(chr, range(0x20, 0x2100))
+              if (unicodedata.category(ch)[0] in "LP" or unicodedata.category(ch) in ("Nd", "Zs"))
+              and (not ch.isalpha() or unicodedata.name(ch, "").startswith("LATIN"))]
+
 CHUNKS = st.one_of(
     st.sampled_from([" The train leaves at nine.", " Bring a warm coat, because it gets cold.", " Okay!",
                      " We will have breakfast in the dining car, then walk to the lake and back."]),
@@ -43,8 +49,10 @@ CHUNKS = st.one_of(
                      " Mr.", " Smith", " paid 3.5", " dollars", "…", " café", " 🙂", "  ", " and then", " we left.",
                      "Yes", " no", ";", " really", " it is", " 12:30", "?!", " ok"]),
     # not category No: the CPU voice's own text normalizer fails on "{❶" (int() of a circled digit): a bug of
-    # the voice library, reported in /work/notes/session.md, not of the session layer
-    st.text(alphabet=st.characters(codec="utf-8", categories=("L", "Nd", "P", "Zs")), max_size=8),
+    # the voice library, not of the session layer. Letters of the Latin script only: the CPU voice refuses text
+    # with other scripts (a context error naming omnivoice, tests/test_engine_text_support.py), which says
+    # nothing about losing text.
+    st.text(alphabet=st.sampled_from(LATIN_TEXT), max_size=8),
 )
 
 
@@ -203,6 +211,18 @@ def _check_context(ctx: Ctx, state: str) -> None:
         assert ctx.samples == round(done["audio_sent_ms"] * 24), (ctx.id, ctx.samples, done)
 
 
-def test_random_interleavings_lose_nothing(server: Server) -> None:
-    SessionMachine.url = f"{server.ws}/v1/stream/text"
+@pytest.fixture(scope="module")
+def machine_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server of its own: the suite's shared server has just taken the fuzzers' hostile inputs (worker
+    restarts, refusals still counted against it), which would turn this test's contexts into error ends that
+    say nothing about losing text. In the full CI run of session 7 that made this test fail on a shared
+    server it passes on alone."""
+    srv = start_server(tmp_path_factory.mktemp("machine"))
+    yield srv
+    stop_server(srv)
+    assert "Traceback" not in srv.log(), srv.log()
+
+
+def test_random_interleavings_lose_nothing(machine_server: Server) -> None:
+    SessionMachine.url = f"{machine_server.ws}/v1/stream/text"
     run_state_machine_as_test(SessionMachine, settings=SETTINGS)

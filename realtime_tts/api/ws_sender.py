@@ -267,5 +267,6 @@ class WsSender:
         transport = getattr(self._protocol, "transport", None)
         sock = transport.get_extra_info("socket") if transport is not None else None
         if sock is not None:
-            with contextlib.suppress(OSError):
+            # ValueError: uvloop's pseudo-socket of a transport the client already closed has fd -1
+            with contextlib.suppress(OSError, ValueError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER)

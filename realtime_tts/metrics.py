@@ -56,9 +56,11 @@ class Metrics:
                                              "diffusion steps (waiting for the host).", ["worker"], registry=r)
         self.codec_seconds_total = Counter(p + "codec_seconds_total", "GPU time of codec decodes.", ["worker"],
                                            registry=r)
-        self.admission_refusals_total = Counter(p + "admission_refusals_total", "Requests or turns a worker "
-                                                "refused at once because they could not start in time.",
-                                                ["worker"], registry=r)
+        self.admission_refusals_total = Counter(p + "admission_refusals_total", "Requests or turns refused at "
+                                                "once because they could not start in time on the worker "
+                                                "(side: web = on arrival in the web process, from the worker's "
+                                                "last report; worker = by the worker itself).",
+                                                ["worker", "side"], registry=r)
         self.full_step_seconds = Gauge(p + "full_step_seconds", "A worker's measured step time at its token "
                                        "budget (its admission model).", ["worker"], registry=r)
         self.cancellations_total = Counter(p + "cancellations_total", "Cancelled requests by stage.", ["stage"],

@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -28,7 +28,7 @@ import numpy as np
 
 from realtime_tts import errors, hub, omnivoice_text
 from realtime_tts.config import Config
-from realtime_tts.engine import ipc
+from realtime_tts.engine import admission, ipc
 from realtime_tts.engine.base import (
     AudioChunk,
     Capabilities,
@@ -87,6 +87,25 @@ class _Worker:
     restart_task: asyncio.Task[None] | None = None
     last_heard: float = 0.0  # time.monotonic() of its last message (the watchdog's clock)
     kill_reason: str | None = None  # why the watchdog killed it (its exit then says so)
+    # Early admission (engine/admission.py): the worker's last report as a Backlog (None until it has measured
+    # its steps), Submits sent to this process, and (send index, estimated tokens) of the first segments sent
+    # that its last report had not taken yet.
+    backlog: admission.Backlog | None = None
+    tokens_per_char: float = 0.0
+    num_sent: int = 0
+    unseen_first: deque[tuple[int, int]] = field(default_factory=deque)
+
+    def unseen_tokens(self) -> int:
+        return sum(t for _, t in self.unseen_first)
+
+    def take_stats(self, stats: ipc.Stats) -> None:
+        self.stats = stats
+        while self.unseen_first and self.unseen_first[0][0] <= stats.num_submits:
+            self.unseen_first.popleft()
+        self.tokens_per_char = stats.tokens_per_char
+        self.backlog = admission.Backlog(tuple(stats.running), stats.waiting_tokens, stats.budget_tokens,
+                                         stats.full_step_ms / 1000.0, stats.at_s) \
+            if stats.full_step_ms > 0 and stats.budget_tokens > 0 and stats.at_s > 0 else None
 
 
 def _errors_by_code() -> dict[str, type[errors.TTSError]]:
@@ -154,6 +173,27 @@ def _prompt_payload(request: SegmentRequest) -> ipc.Prompt | None:
                       key=prompt.key, generated=prompt.generated)
 
 
+def estimate_tokens(submit: ipc.Submit, tokens_per_char: float) -> int:
+    """Tokens one step of this segment will hold, from its text (and its clone prompt's reference text and
+    codes) at the worker's reported tokens per character; 0 while the worker has not reported one."""
+    chars = len(submit.text)
+    frames = 0
+    if submit.prompt is not None:
+        chars += len(submit.prompt.ref_text)
+        frames = submit.prompt.num_frames
+    return round(tokens_per_char * chars) + frames if tokens_per_char > 0 else 0
+
+
+def predicted_start(w: _Worker, submit: ipc.Submit, now_s: float, max_wait_s: float) -> admission.Decision:
+    """The web process's admission decision for a first segment on worker w (engine/admission.py's arithmetic on
+    w's last report plus the first segments sent to it since): admit while the worker is cold."""
+    tokens = estimate_tokens(submit, w.tokens_per_char)
+    if w.backlog is None or tokens <= 0:
+        return admission.Decision(True, 0.0, 0)
+    wait_s = w.backlog.wait_s(now_s, w.unseen_tokens(), tokens, submit.num_step)
+    return admission.decide(wait_s, max_wait_s)
+
+
 def to_submit(request: SegmentRequest) -> ipc.Submit:
     """Validate everything pure Python can (so bad input is a 400, never a failed batch) and build the
     worker message."""
@@ -219,6 +259,8 @@ class OmniVoiceEngine:
         self._watchdog: asyncio.Task[None] | None = None
         self._ping_seq = 0
         self._on_restart: Callable[[str], None] | None = None
+        self._on_refuse: Callable[[_Worker], None] | None = None
+        self._admission_wait_s = config.omnivoice.admission_wait_ms / 1000.0
         device = "cpu" if config.omnivoice.device == "cpu" else ("cuda" if count_gpus() else "cpu")
         self._capabilities = Capabilities(
             engine=ENGINE_NAME, model=hub.display_name(config.omnivoice.model) or ENGINE_NAME,
@@ -327,6 +369,8 @@ class OmniVoiceEngine:
         w.status = "loading" if w.restarts == 0 else "restarting"
         w.outbox = queue.SimpleQueue()
         w.stats = None
+        w.backlog, w.tokens_per_char, w.num_sent = None, 0.0, 0
+        w.unseen_first = deque()
         w.kill_reason = None
         w.last_heard = time.monotonic()
         process.start()
@@ -387,7 +431,7 @@ class OmniVoiceEngine:
         if isinstance(message, ipc.Pong):
             return
         if isinstance(message, ipc.Stats):
-            w.stats = message
+            w.take_stats(message)
             for listener in self._stats_listeners:
                 try:
                     listener(message)
@@ -462,11 +506,40 @@ class OmniVoiceEngine:
         return best
 
     def _send(self, w: _Worker, message: ipc.ToWorker) -> None:
+        if isinstance(message, ipc.Submit):
+            w.num_sent += 1
+            if message.priority == 0:
+                w.unseen_first.append((w.num_sent, estimate_tokens(message, w.tokens_per_char)))
         w.outbox.put(ipc.encode(message))
+
+    def _admit(self, w: _Worker, submit: ipc.Submit) -> _Worker:
+        """A segment that opens a request or a turn, at its arrival: the worker that can start it within
+        admission_wait_ms by its last report and what was sent to it since (w first, then the others unless
+        the segment is bound to w's codes), or Overloaded at once, without a round trip to any worker."""
+        if self._admission_wait_s <= 0:
+            return w
+        now = time.monotonic()
+        others = [] if submit.prompt_from is not None else [o for o in self._workers if o is not w and o.status == "ok"]
+        best: admission.Decision | None = None
+        for candidate in (w, *others):
+            decision = predicted_start(candidate, submit, now, self._admission_wait_s)
+            if decision.admit:
+                return candidate
+            if best is None or decision.wait_s < best.wait_s:
+                best = decision
+        assert best is not None
+        if self._on_refuse is not None:
+            self._on_refuse(w)
+        raise errors.Overloaded(
+            f"omnivoice is full: this request would start in about {best.wait_s:.1f} s "
+            f"(limit {self._admission_wait_s:g} s; refused on arrival by the web process)",
+            retry_after_ms=best.retry_after_ms)
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[AudioChunk]:
         submit = to_submit(request)
         w = self._pick(request.prompt_from)
+        if submit.priority == 0:
+            w = self._admit(w, submit)
         if submit.prompt_from is not None and self._kept.get(submit.prompt_from, (None,))[0] is not w:
             submit = msgspec.structs.replace(submit, prompt_from=None)  # its source is gone: own prompt only
         rid = request.request_id
@@ -586,13 +659,16 @@ class OmniVoiceEngine:
         counters restart at 0 with the process; only increases are counted)."""
         seen: dict[int, tuple[float, ...]] = {}
         self._on_restart = lambda cause: metrics.worker_restarts_total.labels(engine=ENGINE_NAME, cause=cause).inc()
-        # worker-cumulative Stats fields → the counter each increase goes to, and whether it is per worker
-        cumulative: tuple[tuple[str, Any, bool], ...] = (
-            ("cuda_graph_hits", metrics.cuda_graph_hits_total, False),
-            ("cuda_graph_misses", metrics.cuda_graph_misses_total, False),
-            ("host_s", metrics.worker_host_seconds_total, True), ("gpu_busy_s", metrics.gpu_busy_seconds_total, True),
-            ("gpu_gap_s", metrics.gpu_gap_seconds_total, True), ("codec_s", metrics.codec_seconds_total, True),
-            ("refused", metrics.admission_refusals_total, True))
+        # worker-cumulative Stats fields → the counter each increase goes to, and its labels besides the worker's
+        # (None: not per worker)
+        cumulative: tuple[tuple[str, Any, dict[str, str] | None], ...] = (
+            ("cuda_graph_hits", metrics.cuda_graph_hits_total, None),
+            ("cuda_graph_misses", metrics.cuda_graph_misses_total, None),
+            ("host_s", metrics.worker_host_seconds_total, {}), ("gpu_busy_s", metrics.gpu_busy_seconds_total, {}),
+            ("gpu_gap_s", metrics.gpu_gap_seconds_total, {}), ("codec_s", metrics.codec_seconds_total, {}),
+            ("refused", metrics.admission_refusals_total, {"side": "worker"}))
+        self._on_refuse = lambda w: metrics.admission_refusals_total.labels(
+            worker=f"{ENGINE_NAME}-{w.worker_id}", side="web").inc()
 
         def record(stats: ipc.Stats) -> None:
             worker = f"{ENGINE_NAME}-{stats.worker_id}"
@@ -604,9 +680,9 @@ class OmniVoiceEngine:
             before = seen.get(stats.worker_id, (0.0,) * len(now))
             if any(n < b for n, b in zip(now, before, strict=True)):
                 before = (0.0,) * len(now)  # a restarted worker counts from 0 again
-            for (_, counter, labelled), n, b in zip(cumulative, now, before, strict=True):
+            for (_, counter, labels), n, b in zip(cumulative, now, before, strict=True):
                 if n > b:
-                    (counter.labels(worker=worker) if labelled else counter).inc(n - b)
+                    (counter if labels is None else counter.labels(worker=worker, **labels)).inc(n - b)
             seen[stats.worker_id] = now
 
         self.add_stats_listener(record)

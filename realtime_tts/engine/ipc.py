@@ -172,6 +172,16 @@ class Stats(msgspec.Struct, tag="stats", frozen=True):
     codec_s: float = 0.0
     refused: int = 0
     full_step_ms: float = 0.0  # the worker's measured step-time model at its token budget (0 until measured)
+    # What the web process predicts a new first segment's start with between two reports (engine/admission.py):
+    # time.monotonic() of this report, the token budget of a step, the first-class work held (running segments'
+    # tokens summed per steps left; tokens not started yet), the Submits taken so far (the web counts what it
+    # sent after them as queued ahead), and tokens per character of text of recent unprompted segments.
+    at_s: float = 0.0
+    budget_tokens: int = 0
+    running: list[tuple[int, int]] = []
+    waiting_tokens: int = 0
+    num_submits: int = 0
+    tokens_per_char: float = 0.0
 
 
 class Fatal(msgspec.Struct, tag="fatal", frozen=True):

@@ -8,15 +8,17 @@ Overloaded and a retry-after of the predicted wait, within one loop iteration of
 queueing without bound. Segments of a response already playing are never refused (cutting a stream is worse
 than a late sentence).
 
-Plain Python with an injected clock (like scheduler.py): unit-tested without a GPU. Must not import torch,
-numpy or the model.
+The start-delay arithmetic and the refusal rule are engine/admission.py's (the web process refuses early with
+the same arithmetic on the worker's reports). Plain Python with an injected clock (like scheduler.py):
+unit-tested without a GPU. Must not import torch, numpy or the model.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from realtime_tts.engine.admission import Decision, decide, start_delay_steps
 
 
 @dataclass
@@ -71,35 +73,6 @@ class StepClock:
         return None if c is None else c[0] + c[1] * tokens
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    admit: bool
-    wait_s: float  # predicted wait before the segment's first step
-    retry_after_ms: int  # when refused: the predicted wait, rounded up (at least min_retry_ms)
-
-
-def start_delay_steps(running: Iterable[tuple[int, int]], waiting_ahead: int, tokens: int, budget: int,
-                      num_steps: int) -> float:
-    """Steps before a new segment of `tokens` tokens runs its first step, in the fluid view of continuous
-    batching: a step holds `budget` tokens; the segment starts once the tokens ahead of it (every running
-    segment, (tokens, steps left) each, plus `waiting_ahead` tokens queued before it) leave it room. Running
-    segments free their tokens after their remaining steps; queued work ahead beyond that must itself pass
-    through the batch, which turns over `budget` tokens every `num_steps` steps. A segment larger than the budget
-    runs alone once nothing is ahead of it (the scheduler's rule), so it counts as one budget."""
-    run = sorted(running, key=lambda r: r[1])
-    excess = sum(t for t, _ in run) + waiting_ahead + min(tokens, budget) - budget
-    if excess <= 0:
-        return 0.0
-    freed = 0
-    last = 0
-    for t, left in run:
-        freed += t
-        last = left
-        if freed >= excess:
-            return float(left)
-    return last + (excess - freed) * num_steps / budget
-
-
 @dataclass
 class Admission:
     """The worker's admission rule: predicted start of a new first segment vs max_wait_s."""
@@ -107,8 +80,6 @@ class Admission:
     max_wait_s: float  # 0 = admit everything
     budget: int  # tokens one step holds at most (the scheduler's max_batch_tokens)
     clock: StepClock
-    min_retry_ms: int = 100
-    max_retry_ms: int = 30_000
     num_refused: int = 0
 
     def decide(self, running: Iterable[tuple[int, int]], waiting_ahead: int, tokens: int,
@@ -116,9 +87,8 @@ class Admission:
         step_s = self.clock.seconds(self.budget)
         if self.max_wait_s <= 0 or step_s is None:
             return Decision(True, 0.0, 0)
-        wait_s = start_delay_steps(running, waiting_ahead, tokens, self.budget, num_steps) * step_s
-        if wait_s <= self.max_wait_s:
-            return Decision(True, wait_s, 0)
-        self.num_refused += 1
-        retry = min(self.max_retry_ms, max(self.min_retry_ms, math.ceil(1000 * (wait_s - self.max_wait_s))))
-        return Decision(False, wait_s, retry)
+        decision = decide(start_delay_steps(running, waiting_ahead, tokens, self.budget, num_steps) * step_s,
+                          self.max_wait_s)
+        if not decision.admit:
+            self.num_refused += 1
+        return decision

@@ -25,6 +25,7 @@ import msgspec
 
 from realtime_tts import errors
 from realtime_tts.engine import ipc
+from realtime_tts.engine.admission import running_by_steps_left
 from realtime_tts.engine.base import VoicePrompt
 from realtime_tts.gpu_worker.admission import Admission, StepClock
 from realtime_tts.gpu_worker.prompts import Generated, Gone, PromptBook
@@ -322,6 +323,19 @@ class _Activity:
 
 
 @dataclass(slots=True)
+class _Mean:
+    """Exponentially weighted mean (the last ~`span` values count); 0.0 until the first value."""
+
+    span: float = 50.0
+    value: float = 0.0
+    _seen: bool = False
+
+    def observe(self, x: float) -> None:
+        self.value = self.value + (x - self.value) / self.span if self._seen else x
+        self._seen = True
+
+
+@dataclass(slots=True)
 class _Segment:
     state: Any
     submitted_s: float
@@ -408,6 +422,8 @@ class WorkerLoop:
         self.step_clock = StepClock()
         self.admission = Admission(options.admission_wait_s, budget, self.step_clock)
         self._last_step_end: float | None = None  # perf_counter at the end of the last step while busy
+        self._num_submits = 0  # Submits taken (ipc.Stats.num_submits)
+        self._tokens_per_char = _Mean()  # tokens of a segment per character of its text (unprompted ones)
         self.segments: dict[str, _Segment] = {}
         self.prompts = PromptBook()  # segments waiting for an earlier segment's codes (Submit.prompt_from)
         self.running = True
@@ -463,6 +479,7 @@ class WorkerLoop:
 
     def _handle(self, message: ipc.ToWorker | Generated | Gone) -> None:
         if isinstance(message, ipc.Submit):
+            self._num_submits += 1
             ready = self.prompts.take(message)
             if ready is not None:
                 self._admit(ready)
@@ -524,6 +541,8 @@ class WorkerLoop:
                 "let the server split it (chunk_mode concurrent)", field="text"))
             self.backend.release(state)
             return
+        if submit.prompt is None and submit.prompt_from is None and submit.text:
+            self._tokens_per_char.observe(num_tokens / len(submit.text))
         if submit.priority == 0 and self._refuse(submit.request_id, num_tokens, num_steps):
             self.backend.release(state)
             return
@@ -665,6 +684,7 @@ class WorkerLoop:
         hits, misses = self.backend.counters()
         times = self.backend.device_times()
         predicted = self.step_clock.seconds(self.admission.budget)
+        running, waiting_tokens = self.scheduler.load_ahead(0)
         # Segments waiting for an earlier segment's codes count as waiting: routing and /metrics see them.
         stats = ipc.Stats(self.options.worker_id, s.num_waiting + len(self.prompts), s.num_running,
                           s.num_steps_run, s.num_finished,
@@ -672,9 +692,12 @@ class WorkerLoop:
                           plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms,
                           host_s=self._host_total + self._activity.host_s, gpu_busy_s=times.busy_s,
                           gpu_gap_s=times.gap_s, codec_s=times.codec_s, refused=self.admission.num_refused,
-                          full_step_ms=1000.0 * predicted if predicted is not None else 0.0)
+                          full_step_ms=1000.0 * predicted if predicted is not None else 0.0,
+                          at_s=now, budget_tokens=self.admission.budget, running=running_by_steps_left(running),
+                          waiting_tokens=waiting_tokens, num_submits=self._num_submits,
+                          tokens_per_char=self._tokens_per_char.value)
         if not self._recent_step_ms and self._last_stats is not None and msgspec.structs.replace(
-                self._last_stats, step_ms=[]) == stats:
+                self._last_stats, step_ms=[], at_s=now) == stats:
             return
         self._last_stats_s, self._last_stats = now, stats
         self._recent_step_ms = []

@@ -21,6 +21,7 @@ import uvicorn
 
 from realtime_tts.api.drain import Drain
 from realtime_tts.config import Config
+from realtime_tts.loop_profile import LoopProfile
 
 log = logging.getLogger("realtime_tts.lifecycle")
 
@@ -29,14 +30,18 @@ class DrainingServer(uvicorn.Server):
     """uvicorn.Server whose shutdown drains (uvicorn's own closes WebSockets at once with 1012 and then waits
     without a bound for clients that stopped reading)."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, cfg: Config, pid_file: Path):
+    def __init__(self, config: uvicorn.Config, drain: Drain, cfg: Config, pid_file: Path,
+                 profile: LoopProfile | None = None):
         super().__init__(config)
         self.drain = drain
+        self.profile = profile
         self.pid_file = PidFile(pid_file)
         self.drain_timeout_s = cfg.shutdown.drain_timeout_s
         self.close_grace_s = cfg.shutdown.close_grace_s
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.profile is not None:
+            self.profile.start()  # on the loop thread, before the engines start
         await super().startup(sockets)
         if not self.should_exit:  # bound and serving: now the pid file names a server (not one that failed to bind)
             self.pid_file.write()
@@ -76,6 +81,8 @@ class DrainingServer(uvicorn.Server):
         except TimeoutError:
             log.error("engine pool did not stop within 30 s")
         log.info("shutdown complete%s", "" if drained else " (drain time over or forced)")
+        if self.profile is not None:
+            self.profile.stop()
         # uvicorn would re-raise the signal after serve() and die by it, skipping the pid file's removal: a
         # drained shutdown is a normal exit (status 0)
         getattr(self, "_captured_signals", []).clear()
@@ -86,7 +93,10 @@ def _is_websocket(conn: Any) -> bool:
     return type(conn).__module__.startswith("uvicorn.protocols.websockets")
 
 
-def run(app: Any, drain: Drain, cfg: Config, pid_file: Path, *, log_config: dict[str, Any] | None = None) -> None:
+def run(app: Any, drain: Drain, cfg: Config, pid_file: Path, *, log_config: dict[str, Any] | None = None,
+        profile: LoopProfile | None = None) -> None:
+    """Serve until a signal drains and stops the server. profile: the event loop thread's profile, written at
+    shutdown (`serve --profile-web`)."""
     server_cfg = uvicorn.Config(
         app, host=cfg.server.host, port=cfg.server.port, log_level=cfg.server.log_level,
         # 16x the app's frame limit: frames between the two get the app's error frame before the 1009 close
@@ -96,11 +106,13 @@ def run(app: Any, drain: Drain, cfg: Config, pid_file: Path, *, log_config: dict
         ws_per_message_deflate=False,
         log_config=log_config,
         access_log=False)  # api/access_log.py writes one line per request instead
-    server = DrainingServer(server_cfg, drain, cfg, pid_file)
+    server = DrainingServer(server_cfg, drain, cfg, pid_file, profile)
     try:
         server.run()
     finally:
         server.pid_file.remove()
+        if profile is not None:
+            profile.stop()  # a shutdown that did not get that far (no-op after a normal one)
 
 
 # Pid files and finding a server ---------------------------------------------------------------------------------

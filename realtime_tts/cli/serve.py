@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="where the pid goes (default: $XDG_RUNTIME_DIR or /tmp, realtime-tts-<port>.pid)")
     p.add_argument("--log-file", type=Path, default=None,
                    help="--daemon: where its output goes (default: the pid file's name with .log)")
+    p.add_argument("--profile-web", type=Path, default=None, metavar="PATH",
+                   help="profile the web process's event loop thread (cProfile) and write its top functions to "
+                        "PATH (and PATH.pstats) at shutdown; slows the loop down: for measurements only")
     options.add_config_flags(p)
     p.set_defaults(run=run)
 
@@ -36,17 +39,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.daemon:
         return daemonize(args, cfg)
-    return serve(cfg, args.pid_file)
+    return serve(cfg, args.pid_file, args.profile_web)
 
 
-def serve(cfg: config_mod.Config, pid_file: Path | None = None) -> int:
+def serve(cfg: config_mod.Config, pid_file: Path | None = None, profile: Path | None = None) -> int:
     from realtime_tts import lifecycle, logs
     from realtime_tts.api import create_app
+    from realtime_tts.loop_profile import LoopProfile
 
     log_config = logs.setup(cfg)
     app = create_app(cfg)
     lifecycle.run(app, app.state.drain, cfg, pid_file or lifecycle.default_pid_file(cfg.server.port),
-                  log_config=log_config)
+                  log_config=log_config, profile=LoopProfile(profile) if profile is not None else None)
     return 0
 
 

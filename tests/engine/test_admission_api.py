@@ -4,6 +4,7 @@ refuses a new request at once — HTTP 503 with Retry-After, WS an error frame w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -79,3 +80,57 @@ def test_a_busy_worker_refuses_new_requests_at_once(busy_server: Any) -> None:
     for t in workers:
         t.join(300)
     assert results == [200, 200]  # what was admitted is served
+
+
+@pytest.fixture(scope="module")
+def small_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    # one step holds about three short requests; a new one must start within 300 ms
+    server = start_server(tmp_path_factory.mktemp("web-admission"), "--model", str(tiny_checkpoint), "--device",
+                          "cpu", "--max-batch-tokens", "1000", "--admission-wait-ms", "300", timeout_s=300)
+    yield server
+    stop_server(server)
+
+
+def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_not(small_server: Any) -> None:
+    url = small_server.http + "/v1/audio/speech"
+
+    def body(i: int) -> dict[str, Any]:
+        return {"input": "Your table is ready now.", "voice": "auto", "response_format": "pcm", "stream": False,
+                "num_step": 8, "seed": i}
+
+    # a normal load: one request after another, each served (these also warm the worker's step clock up)
+    for i in range(5):
+        r = httpx.post(url, json=body(i), timeout=120)
+        assert r.status_code == 200, r.text
+    assert metric(small_server.http, "full_step_seconds") > 0
+
+    async def flood(num: int, rate: float) -> list[tuple[int, float, dict[str, Any] | None, str | None]]:
+        async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=num)) as client:
+            async def one(i: int) -> tuple[int, float, dict[str, Any] | None, str | None]:
+                await asyncio.sleep(i / rate)
+                t0 = time.perf_counter()
+                r = await client.post(url, json=body(100 + i))
+                took = time.perf_counter() - t0
+                error = r.json()["error"] if r.status_code != 200 else None
+                return r.status_code, took, error, r.headers.get("retry-after")
+
+            return await asyncio.gather(*(one(i) for i in range(num)))
+
+    results = asyncio.run(flood(40, 100.0))
+    statuses = sorted({status for status, _, _, _ in results})
+    assert statuses == [200, 503], results  # some served, some refused, nothing else (no 500)
+    refused = [(took, error, retry) for status, took, error, retry in results if status == 503]
+    web = [took for took, error, _ in refused if error is not None and "web process" in error["message"]]
+    assert web, refused  # refused on arrival, without asking the worker
+    for took, error, retry in refused:
+        assert error is not None and error["code"] == "overloaded" and error["retry_after_ms"] >= 100
+        assert retry is not None and int(retry) == max(1, -(-error["retry_after_ms"] // 1000))
+    print("FLOOD", len(results), len(refused), len(web), sorted(web)[-3:], sorted(t for t, _, _ in refused)[-3:])
+    assert max(web) < 0.2, sorted(web)  # on arrival: no queueing behind the work ahead
+    assert metric(small_server.http, "admission_refusals_total", side="web") == len(web)
+    served = [took for status, took, _, _ in results if status == 200]
+    assert len(served) >= 3  # the worker kept serving what it admitted
+
+    time.sleep(1.0)  # the worker drained: a request arriving now is admitted again
+    r = httpx.post(url, json=body(1000), timeout=120)
+    assert r.status_code == 200, r.text

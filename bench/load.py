@@ -109,6 +109,7 @@ def is_loopback(url: str) -> bool:
 def start_server(args: list[str], timeout_s: float = 900.0) -> tuple[subprocess.Popen[bytes], str]:
     """`realtime-tts serve` on a free loopback port (bench/local_server.py) → (process, base URL)."""
     port = local_server.free_port()
+    raise_fd_limit()
     proc = local_server.start_server(port, ["--host", "127.0.0.1", *args], timeout_s=timeout_s)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -169,8 +170,9 @@ def server_delta(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
                      for (n, lb) in after if n == p + "step_seconds_bucket")
     segments = d(p + "batch_size_count")
 
-    def per_worker(name: str) -> float:  # summed over the worker label
-        return sum(v - before.get((n, lb), 0.0) for (n, lb), v in after.items() if n == p + name)
+    def per_worker(name: str, **labels: str) -> float:  # summed over the worker label
+        return sum(v - before.get((n, lb), 0.0) for (n, lb), v in after.items()
+                   if n == p + name and labels.items() <= dict(lb).items())
 
     return {"steps": steps, "step_mean_ms": 1000.0 * d(p + "step_seconds_sum") / steps if steps else float("nan"),
             "step_p50_ms": 1000.0 * hist_quantile(buckets, 0.5), "step_p95_ms": 1000.0 * hist_quantile(buckets, 0.95),
@@ -179,7 +181,8 @@ def server_delta(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
             "graph_hits": d(p + "cuda_graph_hits_total"), "graph_misses": d(p + "cuda_graph_misses_total"),
             "host_s": per_worker("worker_host_seconds_total"), "gpu_busy_s": per_worker("gpu_busy_seconds_total"),
             "gpu_gap_s": per_worker("gpu_gap_seconds_total"), "codec_s": per_worker("codec_seconds_total"),
-            "refused": per_worker("admission_refusals_total")}
+            "refused": per_worker("admission_refusals_total", side="worker"),
+            "refused_web": per_worker("admission_refusals_total", side="web")}
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -191,37 +194,104 @@ def cpu_seconds(pid: int | None) -> float:
         return float("nan")
 
 
+def children(pid: int | None) -> list[int]:
+    """The live child processes of pid (its engine workers), from /proc; none elsewhere."""
+    if pid is None:
+        return []
+    out = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def cpu_usage(web_pid: int | None) -> dict[int | str, float]:
+    """CPU seconds so far of the server's web process ("web"), each of its children (by pid) and this load
+    client ("client")."""
+    own = os.times()
+    usage: dict[int | str, float] = {"web": cpu_seconds(web_pid), "client": own.user + own.system}
+    for child in children(web_pid):
+        usage[child] = cpu_seconds(child)
+    return usage
+
+
 def measured(url: str, run: Coroutine[Any, Any, dict[str, Any]],
              web_pid: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
     """Run one table row between two /metrics scrapes → (row, server-side figures of that run). web_pid: the
-    server's web process (not its workers), whose CPU seconds over the run are reported as web_cpu_s."""
-    before, cpu0 = scrape(url), cpu_seconds(web_pid)
+    server's web process, whose CPU seconds over the run are reported as web_cpu_s, its children's (the engine
+    workers; one that started during the run counts from 0) as workers_cpu_s, and this client's as
+    client_cpu_s (nan without a pid: a server the script did not start)."""
+    before, cpu0, t0 = scrape(url), cpu_usage(web_pid), time.perf_counter()
     row = asyncio.run(run)
     time.sleep(0.6)  # GPU workers report step times every 0.25 s: let the last report land
     server = server_delta(before, scrape(url))
-    server["web_cpu_s"] = cpu_seconds(web_pid) - cpu0
+    cpu1, span = cpu_usage(web_pid), time.perf_counter() - t0
+    server["web_cpu_s"] = cpu1["web"] - cpu0["web"]
+    server["client_cpu_s"] = cpu1["client"] - cpu0["client"]
+    workers = [v - cpu0.get(k, 0.0) for k, v in cpu1.items() if isinstance(k, int)]
+    server["workers_cpu_s"] = sum(workers) if web_pid is not None else float("nan")
+    server["span_s"] = span
     return row, server
 
 
+def profile_table(path: Path, num: int = 30) -> list[str]:
+    """A results-file section from the server's event loop profile (`serve --profile-web PATH`, written at its
+    shutdown): its summary line and the first `num` rows of its own-time table; none when there is no file."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), None)
+    if start is None:
+        return []
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("## "):
+            break
+        if line.strip():
+            rows.append(line)
+    return ["", f"## Event loop profile of the server's web process (`serve --profile-web`, top {num} by own time)",
+            "", f"{lines[0].lstrip('# ')}; cProfile slows the loop down. Full report: {path.name} (and .pstats).",
+            "", "```", lines[start], *rows[:num], "```"]
+
+
+def raise_fd_limit() -> None:
+    """Every request of a run is a connection of its own: thousands in flight need as many descriptors, here and
+    in the server this process starts (it inherits the limit)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def server_table(rows: list[tuple[str, dict[str, float]]]) -> list[str]:
+    nan = float("nan")
     lines = ["", ("Server side (the server's /metrics, difference over each run; step seconds as the worker times "
                   "`backend.step`; percentiles interpolated in the histogram's buckets; batch items: mean over "
                   "segments of each segment's mean batch size; host ms/step: the step loop's host work less its "
                   "waits for the GPU; GPU in steps / idle gaps: device time of the steps and the device's idle time "
                   "between back-to-back steps; codec GPU s: device time of codec decodes, its share of the card = "
-                  "codec s / the run's wall time; refused: admission refusals; web CPU s: CPU time of the server's "
-                  "web process over the run, from /proc — near the run's wall time means its one event loop "
-                  "was saturated):"), "",
+                  "codec s / the run's wall time; refused: admission refusals, on arrival by the web process + by "
+                  "the worker; CPU s: CPU time over the run (from /proc) of the server's web process — near the "
+                  "run's wall time means its one event loop was saturated —, of its worker processes, and of "
+                  "this load client, over the run's span incl. a 0.6 s settle):"), "",
              ("| run | steps | step mean / p50 / p95 ms | busy s | segments | batch items | CUDA graph hits / misses "
-              "| host ms/step | GPU in steps s | GPU idle gaps ms/step | codec GPU s | refused | web CPU s |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| host ms/step | GPU in steps s | GPU idle gaps ms/step | codec GPU s | refused web + worker "
+              "| CPU s web / workers / client | over s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r['steps']:.0f} | {r['step_mean_ms']:.2f} / {r['step_p50_ms']:.2f} / "
                      f"{r['step_p95_ms']:.2f} | {r['step_busy_s']:.2f} | {r['segments']:.0f} | "
                      f"{r['batch_items_mean']:.1f} | {r['graph_hits']:.0f} / {r['graph_misses']:.0f} "
                      f"| {1000 * r['host_s'] / max(1, r['steps']):.2f} | {r['gpu_busy_s']:.2f} "
-                     f"| {1000 * r['gpu_gap_s'] / max(1, r['steps']):.3f} | {r['codec_s']:.2f} | {r['refused']:.0f} "
-                     f"| {r.get('web_cpu_s', float('nan')):.2f} |")
+                     f"| {1000 * r['gpu_gap_s'] / max(1, r['steps']):.3f} | {r['codec_s']:.2f} "
+                     f"| {r.get('refused_web', 0):.0f} + {r['refused']:.0f} "
+                     f"| {r.get('web_cpu_s', nan):.2f} / {r.get('workers_cpu_s', nan):.2f} / "
+                     f"{r.get('client_cpu_s', nan):.2f} | {r.get('span_s', nan):.1f} |")
     return lines
 
 
@@ -278,6 +348,51 @@ def speech_requests(n: int, shape: str, *, can_clone: bool, seed: int = 0) -> li
     return out
 
 
+async def post(url: str, path: str, body: bytes, content_type: str, timeout_s: float) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 POST on a connection of its own (Connection: close), as a load tester's independent clients
+    send them → (status, headers with lowercase names, body). A few lines of asyncio streams instead of an httpx
+    pool: httpcore's pool walks all its connections on every request and release (O(connections) each), which at
+    thousands of requests in flight made the load client, not the server, the bottleneck (H200 load 2000 @
+    200/s: refusals took 5.6 s to come back while the worker idled)."""
+    parts = urllib.parse.urlsplit(url)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port or 80), timeout_s)
+    try:
+        head = (f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        writer.write(head + body)
+        raw = await asyncio.wait_for(reader.read(), timeout_s)  # to EOF: the server closes after its answer
+    finally:
+        writer.close()
+    header_block, _, payload = raw.partition(b"\r\n\r\n")
+    lines = header_block.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        out = bytearray()
+        while True:
+            size_line, _, payload = payload.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            out += payload[:size]
+            payload = payload[size + 2:]
+        payload = bytes(out)
+    return status, headers, payload
+
+
+def multipart(fields: dict[str, str], files: dict[str, tuple[str, bytes, str]]) -> tuple[bytes, str]:
+    """A multipart/form-data body → (body, content type)."""
+    boundary = f"load{random.getrandbits(64):016x}"
+    out = bytearray()
+    for name, value in fields.items():
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+    for name, (filename, data, ctype) in files.items():
+        out += (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+                f"Content-Type: {ctype}\r\n\r\n").encode() + data + b"\r\n"
+    out += f"--{boundary}--\r\n".encode()
+    return bytes(out), f"multipart/form-data; boundary={boundary}"
+
+
 def wav_seconds(body: bytes) -> float:
     with wave.open(io.BytesIO(body)) as w:
         return float(w.getnframes() / w.getframerate())
@@ -295,41 +410,40 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
     failures: list[str] = []
     refusals: list[float] = []  # seconds to a 503 overloaded (admission control: should come at once)
     ends: list[float] = []
-    limits = httpx.Limits(max_connections=num, max_keepalive_connections=num)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
-        async def one(i: int, req: Request) -> None:
-            nonlocal audio_s
-            await asyncio.sleep(i / rate)
-            t0 = time.perf_counter()
-            try:
-                if req.kind == "clone":
-                    assert ref_wav is not None
-                    form = {"text": req.text, "ref_text": CLONE_REF_TEXT, "response_format": "wav",
-                            "stream": "false", "seed": str(i), **{k: str(v) for k, v in params.items()}}
-                    r = await client.post("/v1/audio/clone", data=form,
-                                          files={"ref_audio": ("ref.wav", ref_wav, "audio/wav")})
-                else:
-                    body = {"input": req.text, "voice": "auto", "response_format": response_format,
-                            "stream": False, "seed": i, **params}
-                    r = await client.post("/v1/audio/speech", json=body)
-                if r.status_code == 200 and r.content:
-                    t = time.perf_counter()
-                    latencies.append(t - t0)
-                    by_kind.setdefault(req.kind, []).append(t - t0)
-                    ends.append(t)
-                    rate_hz = int(r.headers.get("x-audio-sample-rate", SR))
-                    audio_s += (wav_seconds(r.content) if r.content[:4] == b"RIFF"
-                                else len(r.content) / 2 / rate_hz)
-                elif r.status_code == 503 and "overloaded" in r.text and r.headers.get("retry-after"):
-                    refusals.append(time.perf_counter() - t0)
-                else:
-                    failures.append(f"{req.kind}: {r.status_code} {r.text[:120]}")
-            except httpx.HTTPError as e:
-                failures.append(f"{req.kind}: {type(e).__name__}: {e}")
 
+    async def one(i: int, req: Request) -> None:
+        nonlocal audio_s
+        await asyncio.sleep(i / rate)
+        if req.kind == "clone":
+            assert ref_wav is not None
+            form = {"text": req.text, "ref_text": CLONE_REF_TEXT, "response_format": "wav",
+                    "stream": "false", "seed": str(i), **{k: str(v) for k, v in params.items()}}
+            path, (body, ctype) = "/v1/audio/clone", multipart(form, {"ref_audio": ("ref.wav", ref_wav, "audio/wav")})
+        else:
+            path, ctype = "/v1/audio/speech", "application/json"
+            body = json.dumps({"input": req.text, "voice": "auto", "response_format": response_format,
+                               "stream": False, "seed": i, **params}).encode()
         t0 = time.perf_counter()
-        await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
-        wall = (max(ends) if ends else time.perf_counter()) - t0
+        try:
+            status, headers, content = await post(url, path, body, ctype, timeout_s)
+        except (OSError, TimeoutError, ValueError, IndexError) as e:
+            failures.append(f"{req.kind}: {type(e).__name__}: {e}")
+            return
+        t = time.perf_counter()
+        if status == 200 and content:
+            latencies.append(t - t0)
+            by_kind.setdefault(req.kind, []).append(t - t0)
+            ends.append(t)
+            rate_hz = int(headers.get("x-audio-sample-rate", SR))
+            audio_s += wav_seconds(content) if content[:4] == b"RIFF" else len(content) / 2 / rate_hz
+        elif status == 503 and b"overloaded" in content and headers.get("retry-after"):
+            refusals.append(t - t0)
+        else:
+            failures.append(f"{req.kind}: {status} {content[:120].decode(errors='replace')}")
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
+    wall = (max(ends) if ends else time.perf_counter()) - t0
     kinds = {k: sum(r.kind == k for r in reqs) for k, _ in MIX}
     return {"requests": num, "rate_per_s": rate, "shape": shape, "kinds": {k: v for k, v in kinds.items() if v},
             "served": len(latencies), "refused": len(refusals), "failed": len(failures),
@@ -731,7 +845,12 @@ def main() -> None:  # one linear script: its sections in the report's order
     p.add_argument("--time-budget-s", type=float, default=900.0, help="sweeps stop starting levels after this")
     p.add_argument("--name", default="load", help="results file stem: OUT/<name>.md and <name>.png")
     p.add_argument("--out-dir", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
+    p.add_argument("--profile-web", action="store_true",
+                   help="profile the started server's event loop (serve --profile-web) into OUT/<name>.web_profile.txt "
+                        "and put its top 30 functions in the report (cProfile slows the loop: not for the figures)")
     args = p.parse_args()
+    out_dir = Path(args.out_dir)
+    profile = out_dir.resolve() / f"{args.name}.web_profile.txt" if args.profile_web and not args.url else None
 
     speech_runs = parse_speech(args.speech)
     agent_levels = [int(x) for x in levels(args.agents)]
@@ -750,8 +869,10 @@ def main() -> None:  # one linear script: its sections in the report's order
         url = args.url.rstrip("/")
     else:
         t0 = time.perf_counter()
-        proc, url = start_server(args.server_args.split())
+        out_dir.mkdir(parents=True, exist_ok=True)
+        proc, url = start_server([*args.server_args.split(), *(["--profile-web", str(profile)] if profile else [])])
         print(f"server healthy in {time.perf_counter() - t0:.1f} s at {url}", flush=True)
+    web_pid = proc.pid if proc is not None else None
     ws_base = url.replace("http", "ws", 1)
     params: dict[str, Any] = {} if args.num_step is None else {"num_step": args.num_step}
     lo, _, hi = args.barge_after.partition(",")
@@ -775,12 +896,12 @@ def main() -> None:  # one linear script: its sections in the report's order
 
         def speech(n: int, rate: float) -> dict[str, Any]:
             row, server = measured(url, run_speech(url, n, rate, params, shape=args.shape, can_clone=clone_ok,
-                                                   ref_wav=ref, timeout_s=args.run_timeout_s))
+                                                   ref_wav=ref, timeout_s=args.run_timeout_s), web_pid)
             server_rows.append((f"speech {n} @ {rate:g}/s", server))
             return row
 
         def agents(n: int) -> dict[str, Any]:
-            row, server = measured(url, run_agents(ws_base, n, cfg, timeout_s=args.run_timeout_s))
+            row, server = measured(url, run_agents(ws_base, n, cfg, timeout_s=args.run_timeout_s), web_pid)
             server_rows.append((f"{n} agents", server))
             return row
 
@@ -804,7 +925,6 @@ def main() -> None:  # one linear script: its sections in the report's order
         if proc is not None:
             local_server.stop_server(proc)
 
-    out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, png = out_dir / f"{args.name}.md", out_dir / f"{args.name}.png"
     engines = health.get("engines", {})
@@ -855,8 +975,10 @@ def main() -> None:  # one linear script: its sections in the report's order
             " (every level tried met it: the limit is higher)" if sweep_rate_rows[-1]["meets"] else "")
         lines += ["", (f"**Sweep (rate)**: target p95 latency ≤ {args.rate_target_s:g} s, every request served → "
                        f"largest offered rate meeting it: **{best_txt}** (levels tried: {tried}).")]
-    if server_rows and any(r["steps"] for _, r in server_rows):
+    if server_rows and (web_pid is not None or any(r["steps"] for _, r in server_rows)):
         lines += server_table(server_rows)
+    if profile is not None:
+        lines += profile_table(profile)
     errors = [e for r in speech_rows + sweep_rate_rows + agent_rows + sweep_agent_rows for e in r["errors"]]
     if errors:
         lines += ["", "Errors (first few): " + "; ".join(errors[:5])]

@@ -38,6 +38,7 @@ from load import (  # the load generator (bench/load.py) owns the texts, the run
     AgentConfig,
     device_name,
     measured,
+    profile_table,
     run_agents,
     run_speech,
     server_table,
@@ -71,7 +72,12 @@ def main() -> None:
                    help="agents' WS mode (simple: comparable with the earlier runs in bench/results)")
     p.add_argument("--name", default="omnivoice_serve", help="results file stem")
     p.add_argument("--out-dir", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
+    p.add_argument("--profile-web", action="store_true",
+                   help="profile the server's event loop (serve --profile-web) into OUT/<name>.web_profile.txt and "
+                        "put its top 30 functions in the report (cProfile slows the loop: a separate run)")
     args = p.parse_args()
+    out_dir = Path(args.out_dir)
+    profile = out_dir.resolve() / f"{args.name}.web_profile.txt" if args.profile_web and args.url is None else None
 
     proc = None
     web_pid = None
@@ -95,7 +101,9 @@ def main() -> None:
         if not ckpt:
             raise SystemExit("--ckpt DIR or --build tiny|full (or --url) is required")
         t0 = time.perf_counter()
-        proc, url = start_server(["--model", ckpt, *args.server_args.split()])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        proc, url = start_server(["--model", ckpt, *args.server_args.split(),
+                                  *(["--profile-web", str(profile)] if profile is not None else [])])
         web_pid = proc.pid
         print(f"server healthy in {time.perf_counter() - t0:.1f} s", flush=True)
     else:
@@ -162,7 +170,8 @@ def main() -> None:
     if load_rows:
         lines += ["", "## Load: short /v1/audio/speech requests offered at a fixed rate", "",
                   ("Served: 200 with audio (p50/p95/p99 of their latency); refused: 503 overloaded with Retry-After "
-                  "(admission control), p95 of the time to that answer; goodput: seconds of audio served per "
+                  "(admission control), p95 of the time to that answer (request sent → answer read; each request a "
+                  "connection of its own); goodput: seconds of audio served per "
                   "second of wall time."), "",
                   ("| requests | req/s | served | refused | failed | p50 s | p95 s | p99 s | refusal p95 ms | wall s "
                   "| goodput xRT |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -171,12 +180,13 @@ def main() -> None:
                          f"| {r['p50_s']:.3f} | {r['p95_s']:.3f} | {r['p99_s']:.3f} | {r['refusal_p95_ms']:.0f} "
                          f"| {r['wall_s']:.1f} | {r['xrt']:.1f} |")
         lines += server_table([(f"load {r['requests']} @ {r['rate_per_s']:g}/s", srv) for r, srv in load_rows])
+    if profile is not None:
+        lines += profile_table(profile)
     errors = [e for r in agent_rows for e in r["errors"]] + [e for r, _ in load_rows for e in r["errors"]]
     if errors:
         lines += ["", "Errors (first few): " + "; ".join(errors[:5])]
     report = "\n".join(lines) + "\n"
     print(report)
-    out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{args.name}.md").write_text(report)
 

@@ -55,15 +55,3 @@ class LoopProfile:
         self.path.write_text(out.getvalue())
         log.info("event loop profile written to %s", self.path)
 
-
-def top_table(report: str, num: int = 30) -> list[str]:
-    """The first `num` rows of a written report's own-time table (its header line included), for a bench's
-    results file."""
-    lines = report.splitlines()
-    try:
-        start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls"))
-    except StopIteration:
-        return []
-    rows = [line for line in lines[start + 1:] if line.strip()]
-    end = next((i for i, line in enumerate(rows) if line.startswith("## ")), len(rows))
-    return [lines[0], "", lines[start], *rows[:min(num, end)]]

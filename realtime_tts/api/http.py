@@ -68,6 +68,7 @@ async def respond(app: AppState, req: SpeechRequest, *, endpoint: str, synth: Sy
     out = output_for(req, synth, whole=not streamed)
     synth.speak(req.text)
     if not streamed:
+        synth.buffered()
         try:
             async with synth:
                 async for ev in synth.events():

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import multiprocessing
 import os
-import queue
 import shutil
 import subprocess
 import threading
@@ -38,6 +37,7 @@ from realtime_tts.engine.base import (
     VoicePrompt,
     WorkerHealth,
 )
+from realtime_tts.engine.pipe import PipeWriter
 
 if TYPE_CHECKING:
     from realtime_tts.metrics import Metrics
@@ -55,6 +55,7 @@ SAMPLE_RATE_HZ = 24_000
 ENGINE_NAME = "omnivoice"
 MAX_PROMPT_AUDIO_S = 60.0
 _MAX_KEPT = 4096  # as the worker's PromptBook
+_MAX_BATCH = 64  # messages from a worker handed to the loop in one call at most
 _GENERATED_RMS = 0.1  # as gpu_worker/prompts.GENERATED_RMS (the worker peak-normalises such output)
 WorkerStatus = Literal["ok", "loading", "restarting", "error"]
 
@@ -80,7 +81,7 @@ class _Worker:
     generation: int = 0  # bumped at each spawn; messages of an older process are ignored
     process: BaseProcess | None = None
     pid: int | None = None
-    outbox: queue.SimpleQueue[bytes | None] = field(default_factory=queue.SimpleQueue)
+    pipe: PipeWriter | None = None  # to the worker process (None before its first spawn)
     in_flight: dict[str, _Inbox] = field(default_factory=dict)
     ready: asyncio.Future[None] | None = None
     stats: ipc.Stats | None = None
@@ -327,8 +328,9 @@ class OmniVoiceEngine:
             if w.restart_task is not None:
                 w.restart_task.cancel()
             self._fail_in_flight(w, "omnivoice engine stopped")
-            w.outbox.put(ipc.encode(ipc.Shutdown()))
-            w.outbox.put(None)  # ends the writer thread once Shutdown is sent
+            if w.pipe is not None:
+                w.pipe.send(ipc.encode(ipc.Shutdown()))
+                w.pipe.close_when_flushed()
         await asyncio.gather(*(asyncio.to_thread(self._reap, w) for w in self._workers))
 
     def _reap(self, w: _Worker) -> None:
@@ -367,7 +369,9 @@ class OmniVoiceEngine:
         w.ready = ready
         w.generation += 1
         w.status = "loading" if w.restarts == 0 else "restarting"
-        w.outbox = queue.SimpleQueue()
+        if w.pipe is not None:
+            loop.call_soon_threadsafe(w.pipe.close)  # the previous process's (normally closed at its exit)
+        w.pipe = PipeWriter(to_child_w, loop)  # nothing is sent to it before this spawn returns
         w.stats = None
         w.backlog, w.tokens_per_char, w.num_sent = None, 0.0, 0
         w.unseen_first = deque()
@@ -381,18 +385,6 @@ class OmniVoiceEngine:
         generation = w.generation
         threading.Thread(target=self._read_loop, args=(w, generation, from_child_r, process), daemon=True,
                          name=f"omnivoice-reader-{w.worker_id}").start()
-        threading.Thread(target=self._write_loop, args=(w.outbox, to_child_w), daemon=True,
-                         name=f"omnivoice-writer-{w.worker_id}").start()
-
-    @staticmethod
-    def _write_loop(outbox: queue.SimpleQueue[bytes | None], conn: Connection) -> None:
-        try:
-            while (data := outbox.get()) is not None:
-                conn.send_bytes(data)
-        except (OSError, EOFError, ValueError):
-            pass  # the worker is gone; the reader reports it
-        finally:
-            conn.close()
 
     def _read_loop(self, w: _Worker, generation: int, conn: Connection, process: BaseProcess) -> None:
         loop = self._loop
@@ -403,12 +395,19 @@ class OmniVoiceEngine:
                     data = conn.recv_bytes()
                 except (EOFError, OSError):
                     break
-                try:
-                    message = ipc.decode_from_worker(data)
-                except Exception:  # a corrupt frame is a worker bug; keep reading
-                    log.exception("omnivoice worker %d sent an undecodable message", w.worker_id)
-                    continue
-                loop.call_soon_threadsafe(self._on_message, w, generation, message)
+                # Everything already in the pipe goes to the loop in one call: one wake-up (and one GIL hand-off)
+                # per batch instead of per message when the worker sends faster than the loop takes them.
+                batch: list[ipc.FromWorker] = []
+                while True:
+                    try:
+                        batch.append(ipc.decode_from_worker(data))
+                    except Exception:  # a corrupt frame is a worker bug; keep reading
+                        log.exception("omnivoice worker %d sent an undecodable message", w.worker_id)
+                    if len(batch) >= _MAX_BATCH or not conn.poll(0):
+                        break
+                    data = conn.recv_bytes()
+                if batch:
+                    loop.call_soon_threadsafe(self._on_messages, w, generation, batch)
         finally:
             conn.close()
             process.join(5)
@@ -423,6 +422,10 @@ class OmniVoiceEngine:
                 pass  # the loop is closed: nothing left to tell
 
     # --- events from workers (on the loop) ---------------------------------------------------------------
+
+    def _on_messages(self, w: _Worker, generation: int, batch: list[ipc.FromWorker]) -> None:
+        for message in batch:
+            self._on_message(w, generation, message)
 
     def _on_message(self, w: _Worker, generation: int, message: ipc.FromWorker) -> None:
         if generation != w.generation:
@@ -455,7 +458,8 @@ class OmniVoiceEngine:
     def _on_exit(self, w: _Worker, generation: int, exitcode: int | None) -> None:
         if generation != w.generation or self._stopping:
             return
-        w.outbox.put(None)  # ends this process's writer thread
+        if w.pipe is not None:
+            w.pipe.close()
         reason = w.kill_reason or f"omnivoice worker {w.worker_id} ({w.device}) exited with code {exitcode}"
         if self._on_restart is not None:
             self._on_restart("stuck" if w.kill_reason else "died")
@@ -510,7 +514,8 @@ class OmniVoiceEngine:
             w.num_sent += 1
             if message.priority == 0:
                 w.unseen_first.append((w.num_sent, estimate_tokens(message, w.tokens_per_char)))
-        w.outbox.put(ipc.encode(message))
+        if w.pipe is not None:
+            w.pipe.send(ipc.encode(message))
 
     def _admit(self, w: _Worker, submit: ipc.Submit) -> _Worker:
         """A segment that opens a request or a turn, at its arrival: the worker that can start it within

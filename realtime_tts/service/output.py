@@ -17,6 +17,8 @@ from realtime_tts.service.events import AudioFrame, Event, SegmentEnded, Segment
 from realtime_tts.service.production import Cancelled, Production
 from realtime_tts.service.stats import Stats
 
+WHOLE_FRAME_MS = 3_600_000  # whole_segments(): longer than any segment, so a frame ends only at a segment's end
+
 
 class Output:
     """One response's pacer and framer, and the loop that sends its segments."""
@@ -26,7 +28,13 @@ class Output:
                             silence_db=cfg.silence_db)
         self._framer = Framer(sample_rate, first_frame_ms=cfg.first_frame_ms, frame_ms=cfg.frame_ms)
         self._stats = stats
+        self._sample_rate = sample_rate
         self._production: Production | None = None
+
+    def whole_segments(self) -> None:
+        """Frames of a whole segment each (its flush), for a buffered body that nobody plays as it comes: no cutting
+        into 120 ms frames that are joined again (~17 frames a short sentence, each through the event loop)."""
+        self._framer = Framer(self._sample_rate, first_frame_ms=WHOLE_FRAME_MS, frame_ms=WHOLE_FRAME_MS)
 
     async def events(self, production: Production, wants_events: Callable[[], bool]) -> AsyncGenerator[Event, None]:
         """Ordered events until production ends and all its audio is out (or cancel). Engine errors are raised

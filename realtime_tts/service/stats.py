@@ -16,7 +16,29 @@ from realtime_tts.engine.base import Capabilities
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+_MEMORY_TTL_S = 0.1  # /proc is read at most this often: every request's stats envelope reads it (2-3 times)
+_memory: tuple[float, int, int] = (-1.0, 0, 0)  # (time.monotonic() of the read, RSS, peak RSS)
+
+
+def _memory_now() -> tuple[int, int]:
+    """(RSS, peak RSS) of this process, read from /proc at most every _MEMORY_TTL_S: at hundreds of requests a
+    second, reading it for each was ~10% of the event loop's CPU (bench/load.py --profile-web, CPU timer)."""
+    global _memory
+    now = time.monotonic()
+    if now - _memory[0] >= _MEMORY_TTL_S:
+        _memory = (now, _read_rss_bytes(), _read_peak_rss_bytes())
+    return _memory[1], _memory[2]
+
+
 def rss_bytes() -> int:
+    return _memory_now()[0]
+
+
+def peak_rss_bytes() -> int:
+    return _memory_now()[1]
+
+
+def _read_rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * _PAGE
@@ -24,7 +46,7 @@ def rss_bytes() -> int:
         return 0
 
 
-def peak_rss_bytes() -> int:
+def _read_peak_rss_bytes() -> int:
     """Peak RSS of the whole process since it started: VmHWM, else ru_maxrss (both KiB on Linux)."""
     try:
         with open("/proc/self/status") as f:

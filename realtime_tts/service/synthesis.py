@@ -158,6 +158,11 @@ class Synthesis:
 
     # -- audio out -----------------------------------------------------------------------------------------
 
+    def buffered(self) -> None:
+        """The caller collects all the audio before sending it (an HTTP body with "stream": false): frames are
+        whole segments. Call before events()."""
+        self._output.whole_segments()
+
     async def events(self) -> AsyncGenerator[Event, None]:
         """Ordered events until the text has ended and all its audio is out (or cancel). Engine errors are
         raised here (errors.TTSError)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from realtime_tts import config as config_mod
 from realtime_tts.cli import options
+from realtime_tts.loop_profile import LoopProfile
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--profile-web", type=Path, default=None, metavar="PATH",
                    help="profile the web process's event loop thread (cProfile) and write its top functions to "
                         "PATH (and PATH.pstats) at shutdown; slows the loop down: for measurements only")
+    p.add_argument("--profile-web-clock", choices=("cpu", "wall"), default="cpu",
+                   help="--profile-web times the loop thread's CPU (cpu) or wall time inside calls, GIL waits "
+                        "included (wall)")
     options.add_config_flags(p)
     p.set_defaults(run=run)
 
@@ -39,18 +43,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.daemon:
         return daemonize(args, cfg)
-    return serve(cfg, args.pid_file, args.profile_web)
+    profile = LoopProfile(args.profile_web, clock=args.profile_web_clock) if args.profile_web else None
+    return serve(cfg, args.pid_file, profile)
 
 
-def serve(cfg: config_mod.Config, pid_file: Path | None = None, profile: Path | None = None) -> int:
+def serve(cfg: config_mod.Config, pid_file: Path | None = None, profile: LoopProfile | None = None) -> int:
     from realtime_tts import lifecycle, logs
     from realtime_tts.api import create_app
-    from realtime_tts.loop_profile import LoopProfile
 
     log_config = logs.setup(cfg)
     app = create_app(cfg)
     lifecycle.run(app, app.state.drain, cfg, pid_file or lifecycle.default_pid_file(cfg.server.port),
-                  log_config=log_config, profile=LoopProfile(profile) if profile is not None else None)
+                  log_config=log_config, profile=profile)
     return 0
 
 

@@ -38,3 +38,18 @@ def test_refuses_a_remote_server_by_default(tmp_path: Path) -> None:
                         "--out-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60,
                        check=False)
     assert r.returncode != 0 and "not a loopback address" in r.stderr
+
+
+def test_a_started_server_reports_cpu_seconds_and_its_event_loop_profile(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, str(LOAD), "--speech", "4@8", "--shape", "short", "--profile-web",
+                        "--name", "p", "--out-dir", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    md = (tmp_path / "p.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| speech 4 @ 8/s"))
+    web, workers, client = (float(x) for x in row.split("|")[-3].split("/"))
+    assert web > 0 and workers > 0 and client > 0  # the CPU voice's worker processes are the server's children
+    assert "## Event loop profile" in md and "(cpu clock)" in md
+    table = md[md.index("## Event loop profile"):]
+    assert "ncalls" in table and "realtime_tts/" in table  # our code shows in the top 30
+    assert (tmp_path / "p.web_profile.txt.pstats").stat().st_size > 0

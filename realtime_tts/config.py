@@ -65,9 +65,11 @@ class OmniVoiceConfig:
                                      default=1024)
     admit_interval_ms: int = _doc("While a batch runs, new segments join it together at most this often (they "
                                   "also finish together: fewer codec calls); 0 = at the next step.", default=0)
-    admission_wait_ms: int = _doc("A GPU worker refuses a new request or turn (503 + Retry-After, WS 1013) at once "
-                                  "when its measured step times say the first segment could not start within "
-                                  "this; 0 = never refuse (queue without bound).", default=1000)
+    admission_wait_ms: int = _doc("A new request or turn is refused at once (503 + Retry-After, WS 1013) when the "
+                                  "worker's measured step times say its first segment could not start within "
+                                  "this: by the web process on arrival (from the worker's last load report and "
+                                  "what was sent since), else by the worker; 0 = never refuse (queue without "
+                                  "bound).", default=1000)
     codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode through a CUDA "
                                    "graph of the codec captured per length on first use, instead of eagerly; "
                                    "0 = off.", default=400)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from realtime_tts.gpu_worker.kernels import dac_output, dac_units
 from realtime_tts.gpu_worker.kernels.module_switch import ForwardSwitch, derived, drop_derived
 from realtime_tts.gpu_worker.kernels.snake import _INTERPRET, _TILE, launch_snake, snake_ref, unit_stride
+from realtime_tts.model.codec_batch import masked_decoder_walk, pad_mask
 
 
 def conv_epilogue(x: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor, skip: torch.Tensor | None = None,
@@ -123,14 +124,29 @@ def _units(block: Any) -> list[Any]:
     return [block.res_unit1, block.res_unit2, block.res_unit3]
 
 
-def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
+def _fused_forward(self: Any, hidden_state: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """The decoder's forward (hidden_state [B, D, T] → [B, 1, hop·T]). lengths [B] (frames, on the device): a
+    padded batch (model/codec_batch.py): every Snake output that feeds a temporal conv is zeroed past its item's
+    valid length at that resolution (in place, on the epilogue's output), so each item's valid samples are its
+    unpadded decode's; the raw residual stream past it is left as it is (it only meets per-sample ops)."""
     if not (hidden_state.is_cuda or _INTERPRET) or hidden_state.dtype != torch.float32:
         # CPU without the interpreter, or another dtype (the stock ops would round between ops): stock path
+        if lengths is not None:
+            return masked_decoder_walk(self, hidden_state, lengths)
         stock: torch.Tensor = _SWITCH.stock_class(type(self)).forward(self, hidden_state)
         return stock
     channels_last = bool(self.__dict__.get(_CL_FLAG, False))
     fused_units = channels_last and bool(self.__dict__.get(_UNITS_FLAG, False))
     conv: Callable[[Any, torch.Tensor], torch.Tensor] = _conv_cl if channels_last else _conv
+    scale = 1  # samples per frame at the current stage
+
+    def mask(act: torch.Tensor) -> torch.Tensor:
+        if lengths is not None:  # [B, 1, T] broadcast over channels, either layout
+            act.masked_fill_(pad_mask(lengths, scale, act.shape[-1]), 0.0)
+        return act
+
+    if lengths is not None:  # the decoder's input past each length: whatever the padded codes decoded to
+        hidden_state = hidden_state.masked_fill(pad_mask(lengths, 1, hidden_state.shape[-1]), 0.0)
     if channels_last:
         # the one conversion in: [B, D, T] → [B, T, D] memory; every activation after it stays channels-last
         hidden_state = hidden_state.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)
@@ -141,10 +157,13 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
     nxt = iter(alphas)
     _, act = conv_epilogue(conv(self.conv1, hidden_state), self.conv1.bias, next(nxt), inplace=True,
                            channels_last=channels_last)  # [B, C0, T]
+    mask(act)  # the first upsampling conv's input
     for blk in blocks:
         # the upsampling conv's output is both the first unit's Snake input and its skip
         skip, act = conv_epilogue(conv(blk.conv_t1, act), blk.conv_t1.bias, next(nxt), keep_raw=True,
                                   inplace=True, channels_last=channels_last)  # [B, C, T·stride] each
+        scale *= blk.conv_t1.stride[0]
+        mask(act)  # the first unit's k7 conv input
         units = _units(blk)
         for i, unit in enumerate(units):
             keep = i < len(units) - 1  # the last unit's sum only feeds the next block's (or the decoder's) Snake
@@ -152,7 +171,9 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
                 next(nxt)  # snake2's alpha: the kernel reads it from the unit
                 assert skip is not None
                 skip, act = dac_units.residual_unit(unit, act, skip, next(nxt), keep_raw=keep)
+                mask(act)  # the next unit's (or upsampling conv's, or conv2's) input
                 continue
+            # (the unit's inner Snake output feeds its 1x1 conv: per sample, no mask)
             _, act = conv_epilogue(conv(unit.conv1, act), unit.conv1.bias, next(nxt), inplace=True,
                                    channels_last=channels_last)
             out = conv(unit.conv2, act)  # [B, C, T']
@@ -160,6 +181,7 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
             skip = dac_units.center_crop(skip, out.shape[-1])
             skip, act = conv_epilogue(out, unit.conv2.bias, next(nxt), skip=skip, keep_raw=keep,
                                       inplace=True, channels_last=channels_last)
+            mask(act)
     taps = _wave_taps(self.conv2) if channels_last and self.conv2.bias is not None else None
     if taps is not None:  # conv2 + bias (+ tanh) in one pass, straight into the [B, 1, T_wave] waveform
         # DAC ends in nn.Tanh; HiggsAudioV2's tokenizer swaps it for nn.Identity (unbounded waveforms)
@@ -179,7 +201,8 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
     return out_wave
 
 
-_SWITCH = ForwardSwitch(_fused_forward, __name__)
+# accepts_lengths: model/codec_batch.decode_padded passes a padded batch's lengths to this forward
+_SWITCH = ForwardSwitch(_fused_forward, __name__, attrs={"accepts_lengths": True})
 
 
 def _is_snake(m: object, channels: int) -> bool:

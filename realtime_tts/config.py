@@ -68,9 +68,9 @@ class OmniVoiceConfig:
     admission_wait_ms: int = _doc("A GPU worker refuses a new request or turn (503 + Retry-After, WS 1013) at once "
                                   "when its measured step times say the first segment could not start within "
                                   "this; 0 = never refuse (queue without bound).", default=1000)
-    codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode through a CUDA "
-                                   "graph of the codec captured per length on first use, instead of eagerly; "
-                                   "0 = off.", default=400)
+    codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode in padded batches "
+                                   "through CUDA graphs of the codec captured per batch and frame bucket on "
+                                   "first use, instead of eagerly; 0 = off.", default=400)
     precision: str = _doc("OmniVoice arithmetic on the GPU: reference (bf16 residual stream and audio head, as the "
                           "reference omnivoice package computes at bf16) or fp32 (fp32 residual stream, TF32 head).",
                           default="reference")

@@ -218,7 +218,8 @@ class StepRunner:
     bucket, captured on the first step that needs one (or ahead with capture()) while the card keeps
     min_free_bytes free and fewer than max_graphs exist; anything else runs eagerly and counts as a miss
     (stats.miss_reasons says why). codec_graph_frames > 0 (CUDA): decode() replays per-length CUDA graphs of
-    the codec for segments up to that many frames (gpu_worker/codec_graphs.py).
+    the codec for segments up to that many frames, in padded masked batches across lengths
+    (gpu_worker/codec_graphs.py).
 
     precision: "fp32" (default) keeps the fused backbone's residual stream, embedding and final norm in fp32 and
     runs the audio head in fp32 (TF32 when head_tf32) → fp32 logits. "reference" computes as the reference
@@ -552,7 +553,8 @@ class StepRunner:
         return None if grids is None else [g.cpu() for g in grids]
 
     def decode(self, states_or_codes: list[Any]) -> list[Any]:
-        """Finished code grids → waveforms, batched across items of equal length by the codec."""
+        """Finished code grids → waveforms: with codec graphs, in padded masked batches across lengths; else
+        batched across items of equal length by the codec."""
         codes = [s.tokens if isinstance(s, ItemState) else s for s in states_or_codes]
         if not codes:
             return []
@@ -565,6 +567,12 @@ class StepRunner:
         codec = self.codec_graphs if self.codec_graphs is not None else self.model.codec
         waves: list[Any] = codec.decode(codes)
         return waves
+
+    def codec_counts(self) -> tuple[int, int]:
+        """(codec calls, items decoded) since start: graph replays and eager calls of the codec."""
+        if self.codec_graphs is not None:
+            return self.codec_graphs.stats.calls, self.codec_graphs.stats.items
+        return self.model.codec.calls, self.model.codec.items
 
     # --------------------------------------------------------------------------------------- buckets
     def _graph_for(self, key: BucketKey | str) -> _Graph | None:

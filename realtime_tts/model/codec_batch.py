@@ -77,6 +77,7 @@ def decode_padded(model: Any, codes: torch.Tensor, lengths: torch.Tensor) -> tor
     No host syncs (safe inside CUDA graph capture)."""
     hidden = latents(model, codes)
     decoder = model.acoustic_decoder
+    wave: torch.Tensor
     if getattr(decoder, "accepts_lengths", False):  # the fused CUDA forward masks inside itself
         wave = decoder(hidden, lengths=lengths)
     else:
@@ -115,13 +116,14 @@ def round_up(value: int, step: int) -> int:
 
 
 def plan_chunks(lengths: Sequence[int], batch_buckets: Sequence[int] | None = (1, 2, 4, 8, 16),
-                frame_step: int = 16, max_batch_frames: int = 2048, max_frames: int | None = None) -> list[Chunk]:
+                frame_step: int = 16, max_batch_frames: int = 2048, max_frames: int | None = None,
+                max_pad_ratio: float = 1.5) -> list[Chunk]:
     """Cut a job of grids (their frame counts) into padded batched calls.
 
     Longest first; each chunk's frame count is its longest item's rounded up to frame_step (capped at max_frames;
     exact lengths when frame_step is 1); items join while the chunk stays within max_batch_frames (rows × frames)
-    and the largest batch bucket, and no item is padded to more than twice its length. A chunk's row count is a
-    batch bucket: rounded up when at most a quarter of the rows would be empty, else cut down to the bucket below
+    and the largest batch bucket, and no item is shorter than the longest over max_pad_ratio. A chunk's row
+    count is a batch bucket: rounded up when at most a quarter of the rows would be empty, else cut down to the one below
     (the rest go to the next chunk); batch_buckets None: any row count. Items longer than max_frames (when
     given) only share chunks with each other, of exact length and row count (for the caller to decode eagerly).
     """
@@ -140,7 +142,7 @@ def plan_chunks(lengths: Sequence[int], batch_buckets: Sequence[int] | None = (1
         count = 1
         while start + count < len(order) and count < max_rows:
             nxt = max(1, lengths[order[start + count]])
-            if ((count + 1) * frames > max_batch_frames or 2 * nxt < frames
+            if ((count + 1) * frames > max_batch_frames or max_pad_ratio * nxt < first
                     or (max_frames is not None and long != (nxt > max_frames))):
                 break
             count += 1
@@ -159,9 +161,10 @@ def plan_chunks(lengths: Sequence[int], batch_buckets: Sequence[int] | None = (1
 
 @torch.inference_mode()
 def decode_batched(model: Any, grids: Sequence[torch.Tensor], max_batch_frames: int = 2048,
-                   device: torch.device | str | None = None) -> list[np.ndarray]:
+                   max_pad_ratio: float = 1.5, device: torch.device | str | None = None) -> list[np.ndarray]:
     """Grids [C, T_i] → float32 waveforms [hop·T_i], eagerly, in padded masked calls of exact longest length (no
-    frame rounding), at most max_batch_frames (rows × frames) each; one host copy at the end."""
+    frame rounding; plan_chunks with any row count), at most max_batch_frames (rows × frames) each; one host copy
+    at the end."""
     if not grids:
         return []
     dev = torch.device(device) if device is not None else next(model.parameters()).device
@@ -169,7 +172,7 @@ def decode_batched(model: Any, grids: Sequence[torch.Tensor], max_batch_frames: 
     flat = torch.empty(HOP * sum(lengths), dtype=torch.float32, device=dev)
     offsets = np.concatenate([[0], np.cumsum(lengths)]) * HOP
     for chunk in plan_chunks(lengths, batch_buckets=None, frame_step=1,
-                             max_batch_frames=max(max_batch_frames, max(lengths))):
+                             max_batch_frames=max(max_batch_frames, max(lengths)), max_pad_ratio=max_pad_ratio):
         codes, lens = pad_grids([grids[i] for i in chunk.items], chunk.frames, device=dev)
         wave = decode_padded(model, codes, lens)  # [rows, hop·frames]
         for j, i in enumerate(chunk.items):

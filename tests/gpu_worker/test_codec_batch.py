@@ -75,7 +75,7 @@ def test_plain_padding_fails_the_same_check(codec: Any) -> None:
     for j, r in enumerate(ref):
         err = float(np.abs(plain[j, :r.shape[0]] - r).max())
         if r.shape[0] < 64 * 960:
-            assert err > 100 * _tolerance(r, DEVICE), (j, err)
+            assert err > 10 * _tolerance(r, DEVICE), (j, err)
         else:  # the longest item has no padding: plain equals masked there
             assert err <= _tolerance(r, DEVICE)
 

@@ -90,11 +90,20 @@ def run_cuda(args: argparse.Namespace, jobs: dict[int, list[list[Any]]]) -> list
         torch.cuda.reset_peak_memory_stats()
         if variant == "per_length":
             dec: Any = PerLengthCodecGraphs(codec, max_frames=args.graph_frames)
-        elif variant == "batched":
-            dec = CodecGraphs(codec, max_frames=args.graph_frames, max_batch_frames=args.max_batch_frames,
-                              frame_step=args.frame_step, max_pad_ratio=args.pad_ratio)
+        elif variant.split(":")[0] == "batched":
+            # batched[:frame_step=N][:max_batch_frames=N][:pad_ratio=X][:buckets=1-2-4-...]: overrides of the flags
+            opts = {"frame_step": args.frame_step, "max_batch_frames": args.max_batch_frames,
+                    "max_pad_ratio": args.pad_ratio, "batch_buckets": (1, 2, 4, 8, 16)}
+            for part in variant.split(":")[1:]:
+                key, value = part.split("=")
+                if key == "buckets":
+                    opts["batch_buckets"] = tuple(int(b) for b in value.split("-"))
+                else:
+                    opts["max_pad_ratio" if key == "pad_ratio" else key] = float(value) if key == "pad_ratio" \
+                        else int(value)
+            dec = CodecGraphs(codec, max_frames=args.graph_frames, **opts)
         else:
-            sys.exit(f"unknown variant {variant!r} (per_length, batched)")
+            sys.exit(f"unknown variant {variant!r} (per_length, batched[:key=value...])")
         t0 = time.perf_counter()
         for js in jobs.values():  # warm-up: every graph these jobs need captured
             for job in js:
@@ -200,7 +209,9 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=20, help="jobs of each size")
     p.add_argument("--min-frames", type=int, default=40)
     p.add_argument("--max-frames", type=int, default=90)
-    p.add_argument("--variants", default="per_length,batched")
+    p.add_argument("--variants", default="per_length,batched",
+                   help="comma list: per_length, batched[:frame_step=N][:max_batch_frames=N][:pad_ratio=X]"
+                        "[:buckets=1-2-4-8-16]")
     p.add_argument("--graph-frames", type=int, default=400, help="codec_graph_frames")
     p.add_argument("--max-batch-frames", type=int, default=2048)
     p.add_argument("--frame-step", type=int, default=16)

@@ -129,3 +129,54 @@ def test_plan_batches_similar_lengths() -> None:
     assert [(len(c.items), c.rows) for c in plan_chunks([60] * 5)] == [(4, 4), (1, 1)]
     # 17 frames pads to 32; 10 frames is under 17 / 1.5: a chunk of its own
     assert plan_chunks([10, 17, 17]) == [Chunk((1, 2), 32, 2), Chunk((0,), 16, 1)]
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_epilogue_zeroes_the_snake_output_past_each_length(channels_last: bool) -> None:
+    """conv_epilogue with lengths (the fused decoder's in-kernel masks): y as without, zeroed past lengths · scale
+    of each item; raw untouched."""
+    pytest.importorskip("triton")
+    from tiny_codec import to_channels_last
+
+    from realtime_tts.gpu_worker.kernels.dac_decoder import conv_epilogue
+    from realtime_tts.model.codec_batch import pad_mask
+
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 24, 40, generator=g).to(DEVICE)  # [B, C, T]: 5 frames at 8 samples per frame
+    bias = torch.randn(24, generator=g).to(DEVICE)
+    alpha = (0.2 + torch.rand(1, 24, 1, generator=g)).to(DEVICE)
+    lengths = torch.tensor([5, 2, 0], dtype=torch.long, device=DEVICE)
+
+    def arg(t: torch.Tensor) -> torch.Tensor:
+        return to_channels_last(t) if channels_last else t.clone()
+
+    raw0, y0 = conv_epilogue(arg(x), bias, alpha, keep_raw=True, tile=256, channels_last=channels_last)
+    raw1, y1 = conv_epilogue(arg(x), bias, alpha, keep_raw=True, tile=256, channels_last=channels_last,
+                             lengths=lengths, scale=8)
+    assert raw0 is not None and raw1 is not None
+    torch.testing.assert_close(raw1, raw0, rtol=0, atol=0)
+    want = y0.masked_fill(pad_mask(lengths, 8, 40), 0.0)
+    torch.testing.assert_close(y1, want, rtol=0, atol=0)
+    assert bool((y1[1, :, 16:] == 0).all()) and bool((y1[1, :, :16] != 0).any())
+
+
+def test_residual_unit_zeroes_its_output_past_each_length(codec: Any) -> None:
+    pytest.importorskip("triton")
+    from tiny_codec import to_channels_last
+
+    from realtime_tts.gpu_worker.kernels import dac_units
+    from realtime_tts.model.codec_batch import pad_mask
+
+    unit = codec.model.acoustic_decoder.block[-1].res_unit2  # 2 channels, dilation 3
+    alpha = codec.model.acoustic_decoder.block[-1].res_unit3.snake1.alpha
+    channels = unit.conv1.in_channels
+    g = torch.Generator().manual_seed(8)
+    act = to_channels_last(torch.randn(2, channels, 30, generator=g).to(DEVICE))
+    skip = to_channels_last(torch.randn(2, channels, 30, generator=g).to(DEVICE))
+    lengths = torch.tensor([2, 1], dtype=torch.long, device=DEVICE)
+    with torch.inference_mode():
+        raw0, y0 = dac_units.residual_unit(unit, act, skip, alpha)
+        raw1, y1 = dac_units.residual_unit(unit, act, skip, alpha, lengths=lengths, scale=12)
+    assert raw0 is not None and raw1 is not None
+    torch.testing.assert_close(raw1, raw0, rtol=0, atol=0)
+    torch.testing.assert_close(y1, y0.masked_fill(pad_mask(lengths, 12, 30), 0.0), rtol=0, atol=0)

@@ -111,6 +111,31 @@ class CodecGraphs:
         self.graphs.move_to_end((rows, frames))
         return entry
 
+    def warm_keys(self, max_frames: int = 160) -> list[tuple[int, int]]:
+        """The graph keys a serving decode job of segments up to max_frames (160: 6.4 s) lands in: every batch bucket
+        × every frame bucket up to there, within max_batch_frames; small batches first."""
+        top = min(max_frames, self.max_frames)
+        frames = sorted({min(f, self.max_frames) for f in range(self.frame_step, top + self.frame_step,
+                                                                  self.frame_step)})
+        return [(rows, f) for rows in self.batch_buckets for f in frames if rows * f <= self.max_batch_frames]
+
+    @torch.inference_mode()
+    def warm_up(self, max_frames: int = 160, max_seconds: float = 10.0) -> int:
+        """Before serving: the masked kernels' Triton variants compiled (eager padded batches of 1-16 frames: every
+        length mod 16), then the graphs of warm_keys(max_frames) captured until max_seconds have passed → how many
+        were captured. Left to the first requests, each capture stalls the decode thread (~60 ms on the H200)."""
+        dev = self.codec.device
+        for t in range(1, 17):  # the eager path (segments past max_frames): each length's stride divisibility
+            grid = torch.zeros(self.codec.num_codebooks, t, dtype=torch.long, device=dev)
+            decode_padded(self.codec.model, grid[None], torch.tensor([t], dtype=torch.long, device=dev))
+        t0 = time.perf_counter()
+        before = self.stats.captured
+        for rows, frames in self.warm_keys(max_frames):
+            if time.perf_counter() - t0 > max_seconds:
+                break
+            self.graph_for(rows, frames)
+        return self.stats.captured - before
+
     @torch.inference_mode()
     def decode(self, codes: list[torch.Tensor]) -> list[np.ndarray]:
         """Code grids [C, T_i] (device or host) → float32 waveforms [960·T_i]: one graph replay (or eager call) per

@@ -161,6 +161,10 @@ class ModelBackend:
         # to the first requests, those compiles stalled the decode thread (H200 call 4: 25 agents' p95 first
         # audio 775 ms, against 154 ms at 100 agents run after them).
         self.model.codec.decode([torch.zeros(self.model.num_codebooks, t, dtype=torch.long) for t in range(1, 17)])
+        # the padded batches' masked kernels and the codec graphs serving decodes land in (codec_graphs.py)
+        t0 = time.perf_counter()
+        if num_codec := self.runner.warm_codec():
+            log.info("captured %d codec graphs in %.1f s", num_codec, time.perf_counter() - t0)
         if self.runner.use_graphs:
             budget = min(self._budget, self.max_batch_tokens)
             t0 = time.perf_counter()

@@ -568,6 +568,15 @@ class StepRunner:
         waves: list[Any] = codec.decode(codes)
         return waves
 
+    def warm_codec(self, max_seconds: float = 10.0) -> int:
+        """With codec graphs: compile the masked decoder's kernels and capture the graphs serving decodes land in
+        (CodecGraphs.warm_up), under the capture lock → how many graphs were captured."""
+        if self.codec_graphs is None:
+            return 0
+        with self._capture_lock:
+            captured: int = self.codec_graphs.warm_up(max_seconds=max_seconds)
+        return captured
+
     def codec_counts(self) -> tuple[int, int]:
         """(codec calls, items decoded) since start: graph replays and eager calls of the codec."""
         if self.codec_graphs is not None:

@@ -78,3 +78,19 @@ def test_per_length_graphs_equal_the_codec(tiny_checkpoint: Path) -> None:
             np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-4)
     assert graphs.stats.captured == 2 and sorted(graphs.graphs) == [10, 17]
     assert graphs.stats.hits == 6 and graphs.stats.misses == 2  # the 70-frame grid is past max_frames
+
+
+def test_warm_up_captures_what_serving_decodes_use(tiny_checkpoint: Path) -> None:
+    from realtime_tts.gpu_worker.codec_graphs import CodecGraphs
+    from realtime_tts.gpu_worker.kernels import use_fused_codec, use_fused_snake
+
+    codec = tiny_codec(tiny_checkpoint, "cuda")
+    use_fused_snake(codec.model)
+    use_fused_codec(codec.model, channels_last=True, fused_units=True)
+    graphs = CodecGraphs(codec, max_frames=400)
+    keys = graphs.warm_keys(max_frames=64)
+    assert keys == [(r, f) for r in (1, 2, 4, 8, 16) for f in (16, 32, 48, 64)]
+    assert graphs.warm_up(max_frames=64) == len(keys)
+    grids = [g for g in _grids(2) if g.shape[-1] <= 64]
+    graphs.decode(grids)
+    assert graphs.stats.captured == len(keys)  # nothing captured while decoding

@@ -244,6 +244,10 @@ def main() -> None:
                    "the loop thread under cProfile (steploop_profile_<label>_<items>.txt; not in the table)")
     p.add_argument("--sample", action="store_true", help="the extra --profile pass samples the loop thread's "
                    "stack every 0.5 ms instead of running cProfile (only that thread; blocked time included)")
+    p.add_argument("--null-decode", action="store_true",
+                   help="an A/B of the decode thread's share: finished segments are answered with silence of their "
+                        "length without running the codec or copying anything off the device (the loop thread's "
+                        "work is unchanged); the label gets ' (null decode)'")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     args = p.parse_args()
 
@@ -266,6 +270,10 @@ def main() -> None:
                                 precision="reference", swiglu_gemm_min_tokens=8192)
     backend = loop_mod.ModelBackend(options)
     print(f"backend ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.null_decode:
+        hop = backend.model.codec.hop_length  # samples per frame
+        backend.decode = lambda states: [bytes(4 * hop * s.item.num_frames) for s in states]  # type: ignore[method-assign]
+        args.label += " (null decode)"
     if args.switch_interval_ms:  # an A/B of the interpreter's GIL switch interval (the worker keeps the default)
         sys.setswitchinterval(args.switch_interval_ms / 1000.0)
     timer = ReplayTimer()

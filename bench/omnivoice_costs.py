@@ -182,6 +182,62 @@ def load_costs(path: str | Path) -> CostModel:
     return parse_costs(doc, str(p))
 
 
+# ------------------------------------------------------------------------------- the worker's log lines ---
+
+_STEP_TIMES = re.compile(r"step times \(tokens: ms\): (.*)$")
+_ACTIVITY = re.compile(
+    r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) worker(?P<worker>\d+) INFO \S+: worker \d+: "
+    r"(?P<steps_per_s>[\d.]+) steps/s, (?P<items>[\d.]+) items and (?P<tokens>[\d.]+) tokens per step, "
+    r"step (?P<step_ms>[\d.]+) ms in backend.step of which (?P<host_ms>[\d.]+) ms host work .*?"
+    r"GPU (?P<gpu_pct>[\d.]+)% busy in steps, idle gaps (?P<gap_ms>[\d.]+) ms per step, "
+    r"codec (?P<codec_pct>[\d.]+)% of the GPU, (?P<decodes>\d+) decodes of (?P<decoded>\d+) segments, "
+    r"(?P<decode_ms>[\d.]+) ms each")
+
+
+def parse_step_times(log: str) -> list[list[float]] | None:
+    """The worker's start-up step times ("step times (tokens: ms): 256: 1.70, ...") → [[tokens, ms], ...] (the
+    last such line: a restarted worker measures again); None when the log has none."""
+    found = None
+    for line in log.splitlines():
+        m = _STEP_TIMES.search(line)
+        if m:
+            pairs = [p.split(":") for p in m.group(1).split(",") if ":" in p]
+            found = [[int(t), float(ms)] for t, ms in pairs]
+    return found
+
+
+def parse_activity(log: str) -> list[dict[str, float]]:
+    """The worker's activity lines (one per 5 s window while busy, gpu_worker/loop._Activity.line) → dicts
+    with the window's end time (epoch seconds, the log's local time), steps/s, items and tokens per step, ms
+    per step in backend.step and of host work, GPU busy %, idle gap ms per step, codec % of the GPU, decode
+    calls, segments decoded and ms per decode call (the decode thread's wall time: codec + copy + send)."""
+    out = []
+    for line in log.splitlines():
+        m = _ACTIVITY.search(line)
+        if m is None:
+            continue
+        row: dict[str, float] = {k: float(v) for k, v in m.groupdict().items() if k != "at"}
+        row["t"] = dt.datetime.strptime(m.group("at"), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        out.append(row)
+    return out
+
+
+def run_activity(activity: list[dict[str, float]], start: float, end: float,
+                 window_s: float = 5.0) -> dict[str, float] | None:
+    """The activity windows of one run [start, end] (a window ends within it or up to one window after) →
+    step-weighted means of tokens and items per step, and decode calls, segments, ms per call; None if none."""
+    rows = [a for a in activity if start < a["t"] <= end + window_s]
+    steps = sum(a["steps_per_s"] for a in rows)
+    if not rows or steps <= 0:
+        return None
+    decodes = sum(a["decodes"] for a in rows)
+    return {"windows": len(rows),
+            "tokens_per_step": sum(a["tokens"] * a["steps_per_s"] for a in rows) / steps,
+            "items_per_step": sum(a["items"] * a["steps_per_s"] for a in rows) / steps,
+            "decodes": decodes, "decoded": sum(a["decoded"] for a in rows),
+            "decode_ms": sum(a["decode_ms"] * a["decodes"] for a in rows) / decodes if decodes else float("nan")}
+
+
 # ------------------------------------------------------------------------------ making a file from a run ---
 
 def _least_squares(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -270,8 +326,19 @@ def make_costs(serve: dict[str, Any] | None, steploop: list[dict[str, Any]], com
     else:
         raise CostFileError("no loop figures: give a serving JSON with server figures, or --steploop rows")
     sources += [loop_src, codec_src]
-    codec = {"call_ms": 0.0, "item_ms": round(codec_item, 3), "length_ms": 0.0, "frame_ms": 0.0, "frames": "sum",
-             "source": codec_src}
+    # The decode thread's wall time per call beyond the codec's device time (copy to the host, loudness and
+    # fades, the send): from the worker's activity lines where the run saved them.
+    call_ms = 0.0
+    timed = [r for r in runs if (r.get("activity") or {}).get("decodes") and r.get("server", {}).get("steps")]
+    if timed:
+        calls = sum(r["activity"]["decodes"] for r in timed)
+        wall_ms = sum(r["activity"]["decodes"] * r["activity"]["decode_ms"] for r in timed)
+        device_ms = 1000 * sum(r["server"]["codec_s"] for r in timed)
+        call_ms = max(0.0, (wall_ms - device_ms) / calls)
+        codec_src += (f"; call_ms: the decode thread's wall ms per call less the codec's device ms, from the worker's "
+                      f"activity lines of {len(timed)} runs ({calls:.0f} calls)")
+    codec = {"call_ms": round(call_ms, 3), "item_ms": round(codec_item, 3), "length_ms": 0.0, "frame_ms": 0.0,
+             "frames": "sum", "source": codec_src}
     if codec_override:
         codec.update(codec_override)
         codec["source"] = str(codec_override.get("source", "given with --codec"))

@@ -95,6 +95,8 @@ def sensitivity(cost: Cost, measured: dict[str, Any], scales: list[float]) -> No
 # tokens, admit 0 ms, admission wait 1000 ms, target_chars 60, voice continuity on).
 CANDIDATES: list[tuple[str, dict[str, Any]]] = [
     ("today's defaults", {}),
+    ("max_batch_tokens 3072", {"max_batch_tokens": 3072}),
+    ("max_batch_tokens 3584", {"max_batch_tokens": 3584}),
     ("max_batch_tokens 4096", {"max_batch_tokens": 4096}),
     ("max_batch_tokens 5120", {"max_batch_tokens": 5120}),
     ("max_batch_tokens 8192", {"max_batch_tokens": 8192}),
@@ -103,7 +105,7 @@ CANDIDATES: list[tuple[str, dict[str, Any]]] = [
     ("latency_batch_tokens 0 (off)", {"latency_batch_tokens": 0}),
     ("admit_interval_ms 10", {"admit_ms": 10.0}),
     ("deadline policy (first_deadline 0.1 s)", {"policy": "deadline"}),
-    ("deadline policy, first_deadline 0.2 s", {"policy": "deadline", "first_deadline_s": 0.2}),
+    ("deadline policy + first_deadline 0.2 s", {"policy": "deadline", "first_deadline_s": 0.2}),
     ("target_chars 40", {"target_chars": 40}),
     ("target_chars 100", {"target_chars": 100}),
     ("admission_wait_ms 500", {"admission_wait_ms": 500.0}),
@@ -145,6 +147,9 @@ def main() -> None:
     p.add_argument("--agents", default="200,250,300")
     p.add_argument("--loads", default="1500@150,2000@200")
     p.add_argument("--only", default="", help="--defaults: comma-separated candidate labels")
+    p.add_argument("--engine-scale", type=float, default=1.0,
+                   help="--defaults: step times × this (robustness: the card's steps ran 2-6%% longer than the "
+                        "cost file's in issue 16's run)")
     args = p.parse_args()
     try:
         model = load_costs(args.costs)
@@ -165,8 +170,10 @@ def main() -> None:
         ns = [int(x) for x in args.agents.split(",") if x]
         loads = [(int(a), float(b)) for a, b in (x.split("@") for x in args.loads.split(",") if x)]
         base = replace(TODAY, continuity=args.continuity == "on")
-        print(f"\n### Candidates (sim, measured costs; voice continuity {args.continuity})\n")
-        defaults(cost, measured.get("bench", {}), ns, loads, base, [x for x in args.only.split(",") if x] or None)
+        print(f"\n### Candidates (sim, measured costs, step times x{args.engine_scale:g}; voice continuity "
+              f"{args.continuity})\n")
+        defaults(replace(cost, engine_scale=args.engine_scale), measured.get("bench", {}), ns, loads, base,
+                 [x for x in args.only.split(",") if x] or None)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ Model (calibrated against serving run 10, bench/results/HISTORY.md):
     .venv/bin/python bench/omnivoice_sched_sim.py --sweep codec,policy,admit,latency,split   # one change at a time
     .venv/bin/python bench/omnivoice_sched_sim.py --candidates    # combinations, robustness
     .venv/bin/python bench/omnivoice_sched_sim.py --agents 100 --policy deadline --codec-len-ms 1
+    .venv/bin/python bench/omnivoice_sched_sim.py --costs bench/results/h200_costs.json --agents 100 --max-tokens 6144
+    .venv/bin/python bench/omnivoice_sched_predict.py [--defaults]   # measured costs: prediction vs the card
+
+Issue 16: the costs now come from a cost file of device measurements (bench/omnivoice_costs.py, Cost.measured:
+step staircase, the loop's gap/host work per step, the codec per segment), nothing fitted; the Cost defaults and
+RUN16_COST below are the earlier fits, kept for the history tables in bench/results/omnivoice_sched_sim.md.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from omnivoice_costs import CodecCost, CostModel, LoopCost, StepCost
+from omnivoice_costs import CodecCost, CostFileError, CostModel, LoopCost, StepCost, load_costs
 from omnivoice_serve import (  # the serving bench's texts (this script's folder is on the path)
     REPLIES,
     SHORT_INPUTS,
@@ -782,10 +788,21 @@ def main() -> None:
     p.add_argument("--decode-slow", type=float, default=Cost.decode_slow)
     p.add_argument("--contention", type=float, default=Cost.contention)
     p.add_argument("--step-host-ms", type=float, default=Cost.step_host_ms)
+    p.add_argument("--costs", help="a cost file (bench/omnivoice_costs.py): measured costs replace the --codec-*, "
+                                   "--decode-slow, --contention and --step-host-ms ones")
+    p.add_argument("--admission-wait-ms", type=float, default=0.0, help="the worker's admission control (0: off)")
+    p.add_argument("--target-chars", type=int, default=160, help="text.target_chars (0: the config default)")
+    p.add_argument("--continuity", action="store_true", help="voice continuity (later segments on the first's codes)")
     args = p.parse_args()
-    knobs = Knobs(args.policy, args.admit_ms, args.latency_tokens, args.max_tokens, args.first_s)
+    knobs = Knobs(args.policy, args.admit_ms, args.latency_tokens, args.max_tokens, args.first_s,
+                  args.target_chars or None, args.admission_wait_ms, args.continuity)
     cost = Cost(args.step_host_ms, args.contention, args.codec_call_ms, args.codec_len_ms, args.codec_frame_ms,
                 args.decode_slow)
+    if args.costs:
+        try:
+            cost = Cost.measured(load_costs(args.costs))
+        except CostFileError as exc:
+            raise SystemExit(f"error: {exc}") from None
     ns = [int(x) for x in args.agents.split(",") if x]
     if args.calibrate16:
         calibrate16()

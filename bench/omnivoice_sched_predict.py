@@ -23,6 +23,12 @@ from omnivoice_sched_sim import Cost, Knobs, sim_conversations, sim_load
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def shown(path: str) -> str:
+    """A path as the tables print it: relative to the repository when inside it."""
+    p = Path(path).resolve()
+    return str(p.relative_to(RESULTS.parents[1])) if p.is_relative_to(RESULTS.parents[1]) else str(p)
+
+
 def knobs_of(server: dict[str, Any]) -> Knobs:
     """The serving run's server settings (its JSON's "server") as the sim's knobs."""
     return Knobs(policy=server.get("scheduler_policy", "class"), admit_ms=float(server.get("admit_interval_ms", 0)),
@@ -157,8 +163,8 @@ def main() -> None:
         raise SystemExit(f"error: {exc}") from None
     cost = Cost.measured(model)
     measured = json.loads(Path(args.measured).read_text())
-    print(f"Costs: {args.costs} ({model.device}; made by `{model.provenance['command']}` at "
-          f"{model.provenance['commit']}, {model.provenance['date']}). Measured: {args.measured} "
+    print(f"Costs: {shown(args.costs)} ({model.device}; made by `{model.provenance['command']}` at "
+          f"{model.provenance['commit']}, {model.provenance['date']}). Measured: {shown(args.measured)} "
           f"({measured.get('date')}, {measured.get('commit')}).\n")
     if not args.no_predict:
         predict(cost, measured)

@@ -185,7 +185,7 @@ class RunnerStats:
     wait_s: float = 0.0  # the part of step_s spent waiting for the GPU to catch up
     # CUDA: device time of the steps (from the launch of a step's graph to its end) and the device's idle
     # gaps between them (from the end of one step to the launch of the next while the loop stays busy;
-    # a step's layout rebuild counts as idle), read off timing events once the steps are done (no sync)
+    # an eager bucket's layout rebuild counts as idle), read off timing events once the steps are done (no sync)
     gpu_busy_s: float = 0.0
     gpu_gap_s: float = 0.0
     gpu_steps: int = 0  # steps whose busy time is counted
@@ -203,8 +203,14 @@ class RunnerStats:
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph | None  # None: a bucket run eagerly (StepRunner.bucketed)
-    layout: Layout  # the static inputs: the slot of each batch row (the empty slot pads) and their layout
-    loaded: tuple[int, ...] = ()  # the slot assignments (SlotTable.serial) the layout was last built for
+    slots: torch.Tensor  # [Bb] the static input: the slot of each batch row (the empty slot pads)
+    # Eager buckets only: their layout, rebuilt by _load when the items change. A captured graph lays its batch
+    # out inside every replay, from `slots` alone (~25 small kernels, tens of microseconds of device time):
+    # then a step's host work is a [Bb] copy and one launch however many items it holds, instead of ~40 eager
+    # launches whenever the batch changes (every step under serving churn; H200 samples of the loop thread at
+    # c9a13cc: 40-55% of its time in those launches at 32-128 items).
+    layout: Layout | None
+    loaded: tuple[int, ...] = ()  # the slot assignments (SlotTable.serial) `slots` was last loaded with
 
 
 class StepRunner:
@@ -479,9 +485,11 @@ class StepRunner:
         elif self.bucketed and isinstance(key, BucketKey):
             entry = self._buckets.get(key)
             if entry is None:
-                entry = self._buckets[key] = _Graph(graph=None, layout=self._empty_layout(key))
+                layout = self._empty_layout(key)
+                entry = self._buckets[key] = _Graph(graph=None, slots=layout.slots, layout=layout)
             self._load(entry, live, key)
             launched = self._launch_mark()
+            assert entry.layout is not None
             self._advance(entry.layout, key.num_tokens)
             self.stats.graph_misses += 1
         else:
@@ -496,15 +504,17 @@ class StepRunner:
         self.stats.step_s += time.perf_counter() - t0
 
     def _load(self, graph: _Graph, states: list[ItemState], key: BucketKey) -> None:
-        """Point a graph at these states: when its items change, copy the new slot list in and rebuild its
-        layout (eager device work, no sync); an unchanged batch replays as it is. Items, not slot numbers: a slot
-        freed by a cancel is reused at once, and a stale layout would leave the newcomer's frames past the old
-        item's length masked forever (H200 run 7: the codec then read the mask id and the worker died)."""
+        """Point a graph at these states: when its items change, copy the new slot list in (and, for an eager
+        bucket, rebuild its layout: device work, no sync); an unchanged batch replays as it is. Items, not slot
+        numbers: a slot freed by a cancel is reused at once, and a stale layout would leave the newcomer's frames
+        past the old item's length masked forever (H200 run 7: the codec then read the mask id and the worker
+        died)."""
         serial = self.table.serial
         loaded = tuple(serial[s.slot] if s.slot is not None else -1 for s in states)
         if graph.loaded != loaded:
-            graph.layout.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
-            self.table.layout(graph.layout.slots, key.num_tokens, key.frames, out=graph.layout)
+            graph.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
+            if graph.layout is not None:
+                self.table.layout(graph.slots, key.num_tokens, key.frames, out=graph.layout)
             graph.loaded = loaded
 
     def _run_eager(self, live: list[ItemState]) -> None:
@@ -657,17 +667,21 @@ class StepRunner:
             return None
         t0 = time.perf_counter()
         dev = self.model.device
-        layout = self._empty_layout(key)  # the graph's static inputs
+        slots = torch.full((key.batch,), self.table.empty, dtype=torch.long, device=dev)  # the static input
+
+        def step() -> None:  # lay the batch out from its slot list, then step it
+            self._advance(self.table.layout(slots, key.num_tokens, key.frames), key.num_tokens)
+
         stream = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: Triton compilation, cuBLAS handles, allocator
-                self._advance(layout, key.num_tokens)
+                step()
         torch.cuda.current_stream(dev).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            self._advance(layout, key.num_tokens)
-        entry = _Graph(graph=graph, layout=layout)
+            step()
+        entry = _Graph(graph=graph, slots=slots, layout=None)
         self.graphs[key] = entry
         self.stats.graphs_captured += 1
         self.stats.capture_s += time.perf_counter() - t0

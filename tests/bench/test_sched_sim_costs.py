@@ -151,3 +151,28 @@ def test_the_sim_runs_on_measured_costs_and_refuses_like_the_worker() -> None:
     # voice continuity: later segments carry the first one's codes (more tokens per step)
     more = sim_conversations(replace(knobs, continuity=True), cost, 20)
     assert more["tokens_per_step"] * more["steps"] > r["tokens_per_step"] * r["steps"]
+
+
+def test_the_sims_token_counts_are_the_models(tmp_path: Path) -> None:
+    """The sim's tokens per segment (what the step staircase is read at) = sequence.prepare's on a checkpoint
+    with the serving bench's word tokenizer, with and without voice continuity's prompt."""
+    import torch
+    from omnivoice_bench import write_word_tokenizer
+    from omnivoice_sched_sim import REPLIES, SHORT_INPUTS, item_tokens, reply_units
+
+    from realtime_tts import model as ov
+    from realtime_tts.model.checkpoint import build_random_checkpoint
+
+    build_random_checkpoint(str(tmp_path), size="tiny", seed=0)
+    write_word_tokenizer(tmp_path)
+    model = ov.OmniVoiceModel.from_pretrained(str(tmp_path), dtype="fp32", device="cpu")
+    for text in SHORT_INPUTS:
+        item = ov.prepare(model, text)
+        assert item_tokens(text) == (item.num_tokens, item.num_frames), text
+    for reply in REPLIES[:3]:
+        first, *later = [u for _, u in reply_units(reply, 12.0, 60)[1]]
+        frames = item_tokens(first)[1]
+        prompt = ov.ClonePrompt(torch.zeros(8, frames, dtype=torch.long), first, 0.1)
+        for unit in later:
+            item = ov.prepare(model, unit, prompt=prompt)
+            assert item_tokens(unit, (first, frames)) == (item.num_tokens, item.num_frames), unit

@@ -202,21 +202,22 @@ class RunnerStats:
 
 @dataclass
 class _Graph:
-    graph: torch.cuda.CUDAGraph | None  # None: a bucket run eagerly (StepRunner.bucketed)
-    slots: torch.Tensor  # [Bb] the static input: the slot of each batch row (the empty slot pads)
-    # Eager buckets only: their layout, rebuilt by _load when the items change. A captured graph lays its batch
-    # out inside every replay, from `slots` alone (~25 small kernels, tens of microseconds of device time):
-    # then a step's host work is a [Bb] copy and one launch however many items it holds, instead of ~40 eager
-    # launches whenever the batch changes (every step under serving churn; H200 samples of the loop thread at
-    # c9a13cc: 40-55% of its time in those launches at 32-128 items).
-    layout: Layout | None
-    loaded: tuple[int, ...] = ()  # the slot assignments (SlotTable.serial) `slots` was last loaded with
+    graph: torch.cuda.CUDAGraph | None  # the step; None: a bucket run eagerly (StepRunner.bucketed)
+    layout: Layout  # the static buffers: the slot of each batch row (the empty slot pads) and their layout
+    # Captured buckets: the layout's own graph, replayed by _load when the items change (one launch instead of
+    # ~40 eager ones: ~25 small ops and 16 buffer copies; under serving churn the batch changes nearly every
+    # step, and H200 stack samples of the loop thread at c9a13cc put 40-55% of its time in those launches at
+    # 32-128 items). A separate graph, not part of the step's: an unchanged batch (bulk runs, the warm-up's
+    # single items) does not pay the layout's device time on every step. None: eager (bucketed) layout.
+    layout_graph: torch.cuda.CUDAGraph | None = None
+    loaded: tuple[int, ...] = ()  # the slot assignments (SlotTable.serial) the layout was last built for
 
 
 class StepRunner:
     """Runs decoding steps for ItemStates (the role of realtime_tts.model.decoding.step), keeping each item in
-    flight in a device slot (gpu_worker/slots.py): a step's host work is one [B] slot-id copy and a graph replay
-    (or an eager step), with no host sync; the host runs at most max_inflight steps ahead of the GPU.
+    flight in a device slot (gpu_worker/slots.py): a step's host work is one graph replay (or an eager step), plus,
+    when its items changed, a [B] slot-id copy and the replay of the bucket's layout graph; no host sync, and the
+    host runs at most max_inflight steps ahead of the GPU.
 
     use_fused: Triton backbone + one-pass embedding (CUDA; or anywhere under TRITON_INTERPRET).
     fused_scoring: the CFG/argmax kernel and a TF32 audio head (head_tf32) instead of decoding.score's
@@ -485,11 +486,9 @@ class StepRunner:
         elif self.bucketed and isinstance(key, BucketKey):
             entry = self._buckets.get(key)
             if entry is None:
-                layout = self._empty_layout(key)
-                entry = self._buckets[key] = _Graph(graph=None, slots=layout.slots, layout=layout)
+                entry = self._buckets[key] = _Graph(graph=None, layout=self._empty_layout(key))
             self._load(entry, live, key)
             launched = self._launch_mark()
-            assert entry.layout is not None
             self._advance(entry.layout, key.num_tokens)
             self.stats.graph_misses += 1
         else:
@@ -512,9 +511,11 @@ class StepRunner:
         serial = self.table.serial
         loaded = tuple(serial[s.slot] if s.slot is not None else -1 for s in states)
         if graph.loaded != loaded:
-            graph.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
-            if graph.layout is not None:
-                self.table.layout(graph.slots, key.num_tokens, key.frames, out=graph.layout)
+            graph.layout.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
+            if graph.layout_graph is not None:
+                graph.layout_graph.replay()
+            else:
+                self.table.layout(graph.layout.slots, key.num_tokens, key.frames, out=graph.layout)
             graph.loaded = loaded
 
     def _run_eager(self, live: list[ItemState]) -> None:
@@ -667,21 +668,25 @@ class StepRunner:
             return None
         t0 = time.perf_counter()
         dev = self.model.device
-        slots = torch.full((key.batch,), self.table.empty, dtype=torch.long, device=dev)  # the static input
+        layout = self._empty_layout(key)  # the graphs' static buffers
 
-        def step() -> None:  # lay the batch out from its slot list, then step it
-            self._advance(self.table.layout(slots, key.num_tokens, key.frames), key.num_tokens)
+        def lay_out() -> None:  # the layout of whatever slot list layout.slots holds, into its buffers
+            self.table.layout(layout.slots, key.num_tokens, key.frames, out=layout)
 
         stream = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: Triton compilation, cuBLAS handles, allocator
-                step()
+                lay_out()
+                self._advance(layout, key.num_tokens)
         torch.cuda.current_stream(dev).wait_stream(stream)
+        layout_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(layout_graph, pool=self._pool):
+            lay_out()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            step()
-        entry = _Graph(graph=graph, slots=slots, layout=None)
+            self._advance(layout, key.num_tokens)
+        entry = _Graph(graph=graph, layout=layout, layout_graph=layout_graph)
         self.graphs[key] = entry
         self.stats.graphs_captured += 1
         self.stats.capture_s += time.perf_counter() - t0

@@ -299,7 +299,7 @@ def test_a_reused_slot_gets_a_fresh_layout(model_fp32: OmniVoiceModel) -> None:
     key = BucketKey(1024, 1, 64)
     empty = torch.full((1,), runner.table.empty, dtype=torch.long)
     layout = runner.table.layout(empty, key.num_tokens, key.frames)
-    graph = _Graph(graph=None, slots=layout.slots, layout=layout)
+    graph = _Graph(graph=None, layout=layout)
     a = decoding.ItemState.start(short)
     runner._admit([a])
     runner._load(graph, [a], key)

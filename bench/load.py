@@ -295,8 +295,16 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
     failures: list[str] = []
     refusals: list[float] = []  # seconds to a 503 overloaded (admission control: should come at once)
     ends: list[float] = []
-    limits = httpx.Limits(max_connections=num, max_keepalive_connections=num)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
+    # aiohttp, not httpx: the client must not be the bottleneck it measures. httpx's connection pool costs CPU that
+    # grows with the connections open: 1000 requests at 200 new connections/s against a 0.5 s sleep endpoint took
+    # 27 ms of client CPU each and queued for 10 s (p50) on a 2-core box, and H200 runs of 2000 @ 200/s reported
+    # 15 s latencies with the server's web process at 13% CPU and the GPU worker half idle; aiohttp: 2.3 ms each,
+    # p95 21 ms over the sleep (bench/results/HISTORY.md, session 8).
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)  # a connection per request, no pool limit
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as client:
         async def one(i: int, req: Request) -> None:
             nonlocal audio_s
             await asyncio.sleep(i / rate)
@@ -304,27 +312,31 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
             try:
                 if req.kind == "clone":
                     assert ref_wav is not None
-                    form = {"text": req.text, "ref_text": CLONE_REF_TEXT, "response_format": "wav",
-                            "stream": "false", "seed": str(i), **{k: str(v) for k, v in params.items()}}
-                    r = await client.post("/v1/audio/clone", data=form,
-                                          files={"ref_audio": ("ref.wav", ref_wav, "audio/wav")})
+                    form = aiohttp.FormData({"text": req.text, "ref_text": CLONE_REF_TEXT, "response_format": "wav",
+                                             "stream": "false", "seed": str(i),
+                                             **{k: str(v) for k, v in params.items()}})
+                    form.add_field("ref_audio", ref_wav, filename="ref.wav", content_type="audio/wav")
+                    post = client.post("/v1/audio/clone", data=form)
                 else:
                     body = {"input": req.text, "voice": "auto", "response_format": response_format,
                             "stream": False, "seed": i, **params}
-                    r = await client.post("/v1/audio/speech", json=body)
-                if r.status_code == 200 and r.content:
+                    post = client.post("/v1/audio/speech", json=body)
+                async with post as r:
+                    content = await r.read()
+                    status, headers = r.status, r.headers
+                if status == 200 and content:
                     t = time.perf_counter()
                     latencies.append(t - t0)
                     by_kind.setdefault(req.kind, []).append(t - t0)
                     ends.append(t)
-                    rate_hz = int(r.headers.get("x-audio-sample-rate", SR))
-                    audio_s += (wav_seconds(r.content) if r.content[:4] == b"RIFF"
-                                else len(r.content) / 2 / rate_hz)
-                elif r.status_code == 503 and "overloaded" in r.text and r.headers.get("retry-after"):
+                    rate_hz = int(headers.get("x-audio-sample-rate", SR))
+                    audio_s += (wav_seconds(content) if content[:4] == b"RIFF"
+                                else len(content) / 2 / rate_hz)
+                elif status == 503 and b"overloaded" in content and headers.get("retry-after"):
                     refusals.append(time.perf_counter() - t0)
                 else:
-                    failures.append(f"{req.kind}: {r.status_code} {r.text[:120]}")
-            except httpx.HTTPError as e:
+                    failures.append(f"{req.kind}: {status} {content[:120]!r}")
+            except (TimeoutError, aiohttp.ClientError) as e:
                 failures.append(f"{req.kind}: {type(e).__name__}: {e}")
 
         t0 = time.perf_counter()

@@ -172,10 +172,10 @@ class ModelBackend:
             captured = self.runner.capture_startup(budget, max_seconds=capture_s, keys=keys)
             log.info("captured %d of %d serving graph buckets in %.1f s", captured, len(keys),
                      time.perf_counter() - t0)
-            if self._policy == "deadline":  # the only user of the measurement
-                self.step_points = self._time_steps(budget)
-                log.info("step times (tokens: ms): %s",
-                         ", ".join(f"{n}: {1000 * s:.2f}" for n, s in self.step_points))
+            # The deadline policy plans with these; the log line is also the step-time model the scheduler
+            # simulation reads (bench/omnivoice_serve.py saves it, bench/omnivoice_costs.py), under any policy.
+            self.step_points = self._time_steps(budget)
+            log.info("step times (tokens: ms): %s", ", ".join(f"{n}: {1000 * s:.2f}" for n, s in self.step_points))
 
     def _time_steps(self, max_tokens: int, reps: int = 3) -> list[tuple[int, float]]:
         """(token bucket, seconds of one step) on this device for every token bucket up to max_tokens, each

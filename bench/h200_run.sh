@@ -19,6 +19,9 @@
 #              req/s (comma lists: one load run each), extra server flags in SERVER_ARGS, extra bench flags in
 #              SERVE_BENCH_ARGS (e.g. '--turns 2 --gap-s 2 --barge-in 0.2 --ramp-s 4')  → $OUT/$SERVE_NAME.md
 #              SERVE_B_ARGS: then the same again with these server flags    → $OUT/${SERVE_NAME}_b.md
+#   CODEC      bench/omnivoice_codec.py: decode jobs of CODEC_JOBS (1,4,16,64) segments of 40-90 frames, batch-1
+#              graphs per length vs padded masked batches, device ms per job and per audio s; extra flags in
+#              CODEC_ARGS                                                   → $OUT/omnivoice_codec_h200.{md,jsonl}
 #   CONTINUITY bench/omnivoice_continuity.py: one voice per conversation on vs off through the real server,
 #              agents CONT_AGENTS (1,25,100) and CONT_BULK (64) long texts  → $OUT/omnivoice_continuity.md
 # Logs of every stage land in $OUT/run.log. BUDGET_S (560) bounds the whole call.
@@ -54,6 +57,16 @@ if [ "${STEPLOOP:-0}" = 1 ]; then
         echo "steploop $label: rc $? at $((SECONDS - start)) s" | tee -a "$log"
     done
     grep -E '^\| [0-9]' "$OUT/omnivoice_steploop.md" 2>/dev/null
+fi
+if [ "${CODEC:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
+    # the serving checkpoint when an earlier stage built it; else one of its own (SERVE builds $ckpt with its
+    # word tokenizer: a checkpoint built here first would take its place)
+    cdir=$ckpt; [ -f "$ckpt/audio_tokenizer/config.json" ] || cdir=/tmp/omnivoice-codec
+    build=$([ -f "$cdir/audio_tokenizer/config.json" ] || echo "--build")
+    timeout "${CODEC_S:-240}" python3 bench/omnivoice_codec.py --ckpt "$cdir" $build --jobs "${CODEC_JOBS:-1,4,16,64}" \
+        --out-dir "$OUT" ${CODEC_ARGS:-} >> "$log" 2>&1
+    echo "codec: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+    grep -E '^\| (per_length|batched)' "$OUT/omnivoice_codec_h200.md" 2>/dev/null
 fi
 if [ "${BULK:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
     budget=${BULK_S:-200}

@@ -348,51 +348,6 @@ def speech_requests(n: int, shape: str, *, can_clone: bool, seed: int = 0) -> li
     return out
 
 
-async def post(url: str, path: str, body: bytes, content_type: str, timeout_s: float) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP/1.1 POST on a connection of its own (Connection: close), as a load tester's independent clients
-    send them → (status, headers with lowercase names, body). A few lines of asyncio streams instead of an httpx
-    pool: httpcore's pool walks all its connections on every request and release (O(connections) each), which at
-    thousands of requests in flight made the load client, not the server, the bottleneck (H200 load 2000 @
-    200/s: refusals took 5.6 s to come back while the worker idled)."""
-    parts = urllib.parse.urlsplit(url)
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port or 80), timeout_s)
-    try:
-        head = (f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        writer.write(head + body)
-        raw = await asyncio.wait_for(reader.read(), timeout_s)  # to EOF: the server closes after its answer
-    finally:
-        writer.close()
-    header_block, _, payload = raw.partition(b"\r\n\r\n")
-    lines = header_block.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        out = bytearray()
-        while True:
-            size_line, _, payload = payload.partition(b"\r\n")
-            size = int(size_line.split(b";")[0], 16)
-            if size == 0:
-                break
-            out += payload[:size]
-            payload = payload[size + 2:]
-        payload = bytes(out)
-    return status, headers, payload
-
-
-def multipart(fields: dict[str, str], files: dict[str, tuple[str, bytes, str]]) -> tuple[bytes, str]:
-    """A multipart/form-data body → (body, content type)."""
-    boundary = f"load{random.getrandbits(64):016x}"
-    out = bytearray()
-    for name, value in fields.items():
-        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
-    for name, (filename, data, ctype) in files.items():
-        out += (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
-                f"Content-Type: {ctype}\r\n\r\n").encode() + data + b"\r\n"
-    out += f"--{boundary}--\r\n".encode()
-    return bytes(out), f"multipart/form-data; boundary={boundary}"
-
-
 def wav_seconds(body: bytes) -> float:
     with wave.open(io.BytesIO(body)) as w:
         return float(w.getnframes() / w.getframerate())
@@ -410,40 +365,53 @@ async def run_speech(url: str, num: int, rate: float, params: dict[str, Any], *,
     failures: list[str] = []
     refusals: list[float] = []  # seconds to a 503 overloaded (admission control: should come at once)
     ends: list[float] = []
+    # aiohttp, not httpx: the client must not be the bottleneck it measures. httpx's connection pool costs CPU that
+    # grows with the connections open: 1000 requests at 200 new connections/s against a 0.5 s sleep endpoint took
+    # 27 ms of client CPU each and queued for 10 s (p50) on a 2-core box, and H200 runs of 2000 @ 200/s reported
+    # 15 s latencies with the server's web process at 13% CPU and the GPU worker half idle; aiohttp: 2.3 ms each,
+    # p95 21 ms over the sleep (bench/results/HISTORY.md, session 8).
+    import aiohttp
 
-    async def one(i: int, req: Request) -> None:
-        nonlocal audio_s
-        await asyncio.sleep(i / rate)
-        if req.kind == "clone":
-            assert ref_wav is not None
-            form = {"text": req.text, "ref_text": CLONE_REF_TEXT, "response_format": "wav",
-                    "stream": "false", "seed": str(i), **{k: str(v) for k, v in params.items()}}
-            path, (body, ctype) = "/v1/audio/clone", multipart(form, {"ref_audio": ("ref.wav", ref_wav, "audio/wav")})
-        else:
-            path, ctype = "/v1/audio/speech", "application/json"
-            body = json.dumps({"input": req.text, "voice": "auto", "response_format": response_format,
-                               "stream": False, "seed": i, **params}).encode()
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)  # a connection per request, no pool limit
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as client:
+        async def one(i: int, req: Request) -> None:
+            nonlocal audio_s
+            await asyncio.sleep(i / rate)
+            t0 = time.perf_counter()
+            try:
+                if req.kind == "clone":
+                    assert ref_wav is not None
+                    form = aiohttp.FormData({"text": req.text, "ref_text": CLONE_REF_TEXT, "response_format": "wav",
+                                             "stream": "false", "seed": str(i),
+                                             **{k: str(v) for k, v in params.items()}})
+                    form.add_field("ref_audio", ref_wav, filename="ref.wav", content_type="audio/wav")
+                    post = client.post("/v1/audio/clone", data=form)
+                else:
+                    body = {"input": req.text, "voice": "auto", "response_format": response_format,
+                            "stream": False, "seed": i, **params}
+                    post = client.post("/v1/audio/speech", json=body)
+                async with post as r:
+                    content = await r.read()
+                    status, headers = r.status, r.headers
+                if status == 200 and content:
+                    t = time.perf_counter()
+                    latencies.append(t - t0)
+                    by_kind.setdefault(req.kind, []).append(t - t0)
+                    ends.append(t)
+                    rate_hz = int(headers.get("x-audio-sample-rate", SR))
+                    audio_s += (wav_seconds(content) if content[:4] == b"RIFF"
+                                else len(content) / 2 / rate_hz)
+                elif status == 503 and b"overloaded" in content and headers.get("retry-after"):
+                    refusals.append(time.perf_counter() - t0)
+                else:
+                    failures.append(f"{req.kind}: {status} {content[:120]!r}")
+            except (TimeoutError, aiohttp.ClientError) as e:
+                failures.append(f"{req.kind}: {type(e).__name__}: {e}")
+
         t0 = time.perf_counter()
-        try:
-            status, headers, content = await post(url, path, body, ctype, timeout_s)
-        except (OSError, TimeoutError, ValueError, IndexError) as e:
-            failures.append(f"{req.kind}: {type(e).__name__}: {e}")
-            return
-        t = time.perf_counter()
-        if status == 200 and content:
-            latencies.append(t - t0)
-            by_kind.setdefault(req.kind, []).append(t - t0)
-            ends.append(t)
-            rate_hz = int(headers.get("x-audio-sample-rate", SR))
-            audio_s += wav_seconds(content) if content[:4] == b"RIFF" else len(content) / 2 / rate_hz
-        elif status == 503 and b"overloaded" in content and headers.get("retry-after"):
-            refusals.append(t - t0)
-        else:
-            failures.append(f"{req.kind}: {status} {content[:120].decode(errors='replace')}")
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
-    wall = (max(ends) if ends else time.perf_counter()) - t0
+        await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
+        wall = (max(ends) if ends else time.perf_counter()) - t0
     kinds = {k: sum(r.kind == k for r in reqs) for k, _ in MIX}
     return {"requests": num, "rate_per_s": rate, "shape": shape, "kinds": {k: v for k, v in kinds.items() if v},
             "served": len(latencies), "refused": len(refusals), "failed": len(failures),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -20,10 +21,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(port: int, extra: list[str], *, timeout_s: float = 900) -> subprocess.Popen[bytes]:
-    """The server with `extra` CLI flags, once GET /health says ok."""
+def start_server(port: int, extra: list[str], *, timeout_s: float = 900,
+                 output: IO[bytes] | None = None) -> subprocess.Popen[bytes]:
+    """The server with `extra` CLI flags, once GET /health says ok. output: a file that takes the server's
+    stdout and stderr (its workers' logs too) instead of this process's."""
     cmd = [sys.executable, "-m", "realtime_tts.cli", "serve", "--port", str(port), "--log-level", "warning", *extra]
-    proc = subprocess.Popen(cmd, cwd=REPO)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=output, stderr=subprocess.STDOUT if output is not None else None)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

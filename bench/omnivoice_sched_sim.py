@@ -23,6 +23,12 @@ Model (calibrated against serving run 10, bench/results/HISTORY.md):
     .venv/bin/python bench/omnivoice_sched_sim.py --sweep codec,policy,admit,latency,split   # one change at a time
     .venv/bin/python bench/omnivoice_sched_sim.py --candidates    # combinations, robustness
     .venv/bin/python bench/omnivoice_sched_sim.py --agents 100 --policy deadline --codec-len-ms 1
+    .venv/bin/python bench/omnivoice_sched_sim.py --costs bench/results/h200_costs.json --agents 100 --max-tokens 6144
+    .venv/bin/python bench/omnivoice_sched_predict.py [--defaults]   # measured costs: prediction vs the card
+
+Issue 16: the costs now come from a cost file of device measurements (bench/omnivoice_costs.py, Cost.measured:
+step staircase, the loop's gap/host work per step, the codec per segment), nothing fitted; the Cost defaults and
+RUN16_COST below are the earlier fits, kept for the history tables in bench/results/omnivoice_sched_sim.md.
 """
 
 from __future__ import annotations
@@ -39,12 +45,14 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from omnivoice_costs import CodecCost, CostFileError, CostModel, LoopCost, StepCost, load_costs
 from omnivoice_serve import (  # the serving bench's texts (this script's folder is on the path)
     REPLIES,
     SHORT_INPUTS,
 )
 
 from realtime_tts.config import load_config
+from realtime_tts.gpu_worker.admission import Admission, StepClock
 from realtime_tts.gpu_worker.runner import TOKEN_BUCKETS
 from realtime_tts.gpu_worker.scheduler import Scheduler, StepTimeModel
 from realtime_tts.omnivoice_text import estimate_frames
@@ -60,27 +68,41 @@ NUM_STEP = 32
 JITTER_S = 0.01  # the bench's player: a chunk later than this after the buffer ran dry is an underrun
 
 
-def step_engine_ms(tokens: int) -> float:
-    """Engine time of a step of this many tokens: the measured time of its token bucket."""
+def step_engine_ms(tokens: int, buckets: tuple[tuple[int, float], ...] | None = None) -> float:
+    """Engine time of a step of this many tokens: the measured time of its token bucket (runner.TOKEN_BUCKETS),
+    from `buckets` (a cost file's staircase) or STEP_MS."""
     i = bisect.bisect_left(TOKEN_BUCKETS, tokens)
     top = TOKEN_BUCKETS[i] if i < len(TOKEN_BUCKETS) else tokens
+    if buckets is not None:
+        return StepCost(buckets).ms(top)
     if top in STEP_MS:
         return STEP_MS[top]
     last = max(STEP_MS)
     return STEP_MS[last] * top / last
 
 
-def step_model(host_ms: float) -> StepTimeModel:
-    """What the worker hands the deadline policy: the measured bucket staircase + its host guess per step."""
-    return StepTimeModel.from_buckets([(t, ms / 1000.0) for t, ms in STEP_MS.items()], host_ms / 1000.0)
+def step_model(cost: Cost) -> StepTimeModel:
+    """What the worker hands the deadline policy: the measured bucket staircase + its host guess per step
+    (loop._LOOP_HOST_S when the costs are measured)."""
+    table = cost.step_bucket_ms if cost.step_bucket_ms is not None else tuple(STEP_MS.items())
+    host_ms = 0.3 if cost.loop is not None else cost.step_host_ms
+    return StepTimeModel.from_buckets([(t, ms / 1000.0) for t, ms in table], host_ms / 1000.0)
 
 
-def item_tokens(text: str) -> tuple[int, int]:
+def item_tokens(text: str, ref: tuple[str, int] | None = None) -> tuple[int, int]:
     """(tokens per step, frames) of a design segment: cond row (style 6 + text markers 2 + words and
-    punctuation, as the bench's word tokenizer counts) + frames, and the uncond row (frames)."""
-    frames = estimate_frames(text)
-    prefix = 8 + len(text.split()) + sum(c in ",.!?;:" for c in text)
-    return prefix + 2 * frames, frames
+    punctuation, as the bench's word tokenizer counts) + frames, and the uncond row (frames). ref: the
+    (text, frames) of the segment whose codes prompt this one (voice continuity): its text joins the cond row's
+    text, its frames the cond row (+ <|denoise|>), and the frames follow its pace (sequence.prepare)."""
+    if ref is None:
+        frames = estimate_frames(text)
+        prefix = 8 + len(text.split()) + sum(c in ",.!?;:" for c in text)
+        return prefix + 2 * frames, frames
+    ref_text, ref_frames = ref
+    frames = estimate_frames(text, ref_text, ref_frames)
+    both = ref_text + " " + text
+    prefix = 9 + len(both.split()) + sum(c in ",.!?;:" for c in both)
+    return prefix + ref_frames + 2 * frames, frames
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,25 @@ class Cost:
     decode_slow: float = 1.5
     engine_scale: float = 1.0  # step engine time × this (what-if: a faster or slower engine)
     merge: bool = True  # the decode thread takes everything queued (4cfb23a); False: one job per finishing step
+    # Measured costs (a cost file, bench/omnivoice_costs.py; Cost.measured): the step staircase instead of
+    # STEP_MS, the loop's period rule instead of step_host_ms, the codec per segment / padded frames.
+    step_bucket_ms: tuple[tuple[int, float], ...] | None = None
+    loop: LoopCost | None = None
+    codec_item_ms: float = 0.0
+    codec_padded: bool = False  # frames counted as segments × the longest (one batched forward)
+
+    @classmethod
+    def measured(cls, model: CostModel) -> Cost:
+        """The costs of a cost file, nothing fitted."""
+        c = model.codec
+        return cls(step_host_ms=0.0, contention=model.interference.contention, codec_call_ms=c.call_ms,
+                   codec_len_ms=c.length_ms, codec_frame_ms=c.frame_ms, decode_slow=model.interference.decode_slow,
+                   step_bucket_ms=model.step.bucket_ms, loop=model.loop, codec_item_ms=c.item_ms,
+                   codec_padded=c.frames == "padded")
+
+    def codec(self) -> CodecCost:
+        return CodecCost(self.codec_call_ms, self.codec_item_ms, self.codec_len_ms, self.codec_frame_ms,
+                         "padded" if self.codec_padded else "sum")
 
 
 @dataclass(frozen=True)
@@ -114,11 +155,17 @@ class Knobs:
     # text.target_chars, a what-if for the service. 160: the server's default of the base settings (run 10),
     # pinned because the config default has since moved to 60 (63495b0); None: today's config default.
     target_chars: int | None = 160
+    # the worker's admission control (gpu_worker/admission.py, the real Admission and StepClock): a first
+    # segment predicted to start later than this is refused; 0 = off (the runs before issue 16)
+    admission_wait_ms: float = 0.0
+    # config omnivoice.voice_continuity (on since 2e6dbb4, after issue 16's H200 run): a turn's later segments
+    # are prompted with its first segment's codes (more tokens) and start once those exist
+    continuity: bool = False
 
     def scheduler(self, clock: list[float], cost: Cost) -> Scheduler:
         kw: dict[str, Any] = {}
         if self.policy == "deadline":
-            kw = {"step_model": step_model(cost.step_host_ms), "first_deadline_s": self.first_deadline_s}
+            kw = {"step_model": step_model(cost), "first_deadline_s": self.first_deadline_s}
         # max_batch_items 128: the runner's largest batch bucket (the worker passes it)
         return Scheduler(max_batch_tokens=self.max_batch_tokens, max_batch_items=128,
                          latency_batch_tokens=self.latency_batch_tokens or None,
@@ -159,7 +206,17 @@ class Sim:
         self.decode_lengths = 0
         self.last_tokens = 0  # tokens of the last step run
         self.decode_items = 0
+        self.gpu_s = 0.0  # device time of the steps (engine, with contention): the card's "GPU in steps"
         self.timers: list[tuple[float, int, Callable[[float], None]]] = []  # (t, seq, fn): fn(t) at t
+        self.step_clock = StepClock()
+        self.admission = Admission(knobs.admission_wait_ms / 1000.0, knobs.max_batch_tokens, self.step_clock) \
+            if knobs.admission_wait_ms > 0 else None
+        self.on_refused: dict[str, Callable[[float], None]] = {}
+        self.on_codes: dict[str, Callable[[float], None]] = {}  # keep_codes segments: called when the decode
+        # thread takes them (it sends their codes before running the codec)
+        self.knobs = knobs
+        self.refused: list[str] = []
+        self._last_step_end: float | None = None  # end of the last step while busy (the step clock's periods)
 
     def at(self, t: float, fn: Callable[[float], None]) -> None:
         """Call fn(t) when the clock reaches t (between steps, like a message the worker takes)."""
@@ -170,17 +227,36 @@ class Sim:
         """An abort: the segment leaves the scheduler at once (finished ones are still decoded)."""
         self.s.cancel(rid)
         self.on_done.pop(rid, None)
+        self.on_refused.pop(rid, None)
+        self.on_codes.pop(rid, None)
         self.arrivals = [a for a in self.arrivals if a.rid != rid]
         heapq.heapify(self.arrivals)
 
     def submit(self, t: float, rid: str, tokens: int, frames: int, priority: int,
                deadline: Callable[[float], float | None] = lambda t: None,
-               on_done: Callable[[float], None] | None = None) -> None:
+               on_done: Callable[[float], None] | None = None,
+               on_refused: Callable[[float], None] | None = None) -> None:
         self.seq += 1
         self.info[rid] = (priority, frames)
         heapq.heappush(self.arrivals, _Arrival(t, self.seq, rid, tokens, frames, priority, deadline))
         if on_done is not None:
             self.on_done[rid] = on_done
+        if on_refused is not None:
+            self.on_refused[rid] = on_refused
+
+    def _admit(self, a: _Arrival) -> None:
+        """The worker's _admit: a first segment the admission rule refuses never reaches the scheduler."""
+        if a.priority == 0 and self.admission is not None:
+            running, waiting = self.s.load_ahead(0)
+            if not self.admission.decide(running, waiting, a.tokens, NUM_STEP).admit:
+                self.refused.append(a.rid)
+                self.on_done.pop(a.rid, None)
+                cb = self.on_refused.pop(a.rid, None)
+                if cb is not None:
+                    cb(a.t)
+                return
+        self.on_refused.pop(a.rid, None)
+        self.s.add(a.rid, num_tokens=a.tokens, num_steps=NUM_STEP, priority=a.priority, deadline_s=a.deadline(a.t))
 
     def _decode_rounds(self, until: float) -> None:
         """Run the decode thread's calls that start by `until` (the step loop has queued all they take)."""
@@ -194,6 +270,10 @@ class Sim:
                                               else self.decode_q[n][0] == self.decode_q[0][0]):
                 n += 1
             job, self.decode_q = [r for _, r in self.decode_q[:n]], self.decode_q[n:]
+            for rid in job:
+                codes_cb = self.on_codes.pop(rid, None)
+                if codes_cb is not None:
+                    codes_cb(start)
             t = start
             for part in ([r for r in job if self.info[r][0] == 0], [r for r in job if self.info[r][0] != 0]):
                 if not part:
@@ -201,7 +281,7 @@ class Sim:
                 lengths = len({self.info[r][1] for r in part})
                 frames = sum(self.info[r][1] for r in part)
                 slow = 1.0 + c.decode_slow * self.last_tokens / 4096
-                end = t + slow * (c.codec_call_ms + c.codec_len_ms * lengths + c.codec_frame_ms * frames) / 1000.0
+                end = t + slow * c.codec().ms([self.info[r][1] for r in part]) / 1000.0
                 self.decode_lengths += lengths
                 self.decode_items += len(part)
                 self.decode_busy.append((t, end, frames))
@@ -234,11 +314,10 @@ class Sim:
                 t, _, fn = heapq.heappop(self.timers)
                 fn(t)
             while self.arrivals and self.arrivals[0].t <= now:
-                a = heapq.heappop(self.arrivals)
-                self.s.add(a.rid, num_tokens=a.tokens, num_steps=NUM_STEP, priority=a.priority,
-                           deadline_s=a.deadline(a.t))
+                self._admit(heapq.heappop(self.arrivals))
             plan = self.s.schedule()
             if not plan.batch:
+                self._last_step_end = None
                 nxt = [a.t for a in self.arrivals[:1]] + [t for t, _, _ in self.timers[:1]]
                 if self.decode_q:
                     nxt.append(max(self.decoder_free, self.decode_q[0][0]))
@@ -246,12 +325,21 @@ class Sim:
                     return
                 self.clock[0] = max(now, min(nxt))
                 continue
-            engine = c.engine_scale * step_engine_ms(plan.num_tokens) / 1000.0
+            engine = c.engine_scale * step_engine_ms(plan.num_tokens, c.step_bucket_ms) / 1000.0
             # a decode already running slows the step for the part it overlaps (the step's length is not
             # known before: iterate once from the no-contention length)
             ms = engine + c.step_host_ms / 1000.0
-            ms += c.contention * engine * self._overlap(now, now + ms) / ms
+            slowed = c.contention * engine * self._overlap(now, now + ms) / ms
+            engine += slowed
+            if c.loop is not None:  # measured: device time + the GPU's gap, or the loop's host work if longer
+                ms = c.loop.period_ms(1000.0 * engine, len(plan.batch)) / 1000.0
+            else:
+                ms += slowed
+            if self._last_step_end is not None:
+                self.step_clock.observe(plan.num_tokens, ms)
             self.clock[0] = now + ms
+            self._last_step_end = self.clock[0]
+            self.gpu_s += engine
             self.steps += 1
             self.step_tokens += plan.num_tokens
             self.last_tokens = plan.num_tokens
@@ -265,7 +353,8 @@ class Sim:
                 "decode_ms": 1000.0 * self.decode_s / max(1, self.decode_calls),
                 "decode_items": self.decode_items / max(1, self.decode_calls),
                 "decode_lengths": self.decode_lengths / max(1, self.decode_calls),
-                "decode_busy": self.decode_s / max(1e-9, self.step_s)}
+                "decode_busy": self.decode_s / max(1e-9, self.step_s), "gpu_s": self.gpu_s,
+                "codec_s": self.decode_s, "segments": self.decode_items, "refused": len(self.refused)}
 
 
 def sim_load(knobs: Knobs, cost: Cost, num: int = 1000, rate: float = 100.0) -> dict[str, float]:
@@ -274,9 +363,10 @@ def sim_load(knobs: Knobs, cost: Cost, num: int = 1000, rate: float = 100.0) -> 
         tokens, frames = item_tokens(SHORT_INPUTS[i % len(SHORT_INPUTS)])
         sim.submit(i / rate, f"r{i}", tokens, frames, priority=0)
     sim.run()
-    lat = np.array([sim.done[f"r{i}"] - i / rate for i in range(num)])
+    lat = np.array([sim.done[f"r{i}"] - i / rate for i in range(num) if f"r{i}" in sim.done])  # served
     return {"p50_s": float(np.percentile(lat, 50)), "p95_s": float(np.percentile(lat, 95)),
-            "p99_s": float(np.percentile(lat, 99)), "wall_s": max(sim.done.values()), **sim.stats()}
+            "p99_s": float(np.percentile(lat, 99)), "wall_s": max(sim.done.values()), "served": len(lat),
+            **sim.stats()}
 
 
 def reply_units(text: str, words_per_s: float, target_chars: int | None = None) -> tuple[float, list[tuple[float, str]]]:
@@ -317,7 +407,12 @@ class _Turn:
         self.sim, self.name = sim, name
         self.clause = start + clause
         self.emit = [start + at for at, _ in units]
-        self.segs = [item_tokens(u) for _, u in units]
+        self.continuity = sim.knobs.continuity
+        first = item_tokens(units[0][1])
+        self.segs = [first] + [item_tokens(u, (units[0][1], first[1]) if self.continuity else None)
+                               for _, u in units[1:]]
+        self.codes_at: float | None = None  # continuity: when the first segment's codes reached the worker
+        self.pending: list[tuple[int, float]] = []  # continuity: later segments held for those codes
         self.est = [estimate_audio_s(u, engine="omnivoice") for _, u in units]
         self.dur = list(self.est)  # audio the client plays (noise from random weights: nothing trimmed)
         self.done: list[float | None] = [None] * len(units)
@@ -325,6 +420,7 @@ class _Turn:
         self.first_due = self.emit[0] + FIRST_AUDIO_S
         self.barge_after, self.on_end = barge_after, on_end
         self.barged_at: float | None = None
+        self.refused = False  # its first segment was refused (admission control): the turn is over
         self.played_out = False
         self.end_s: float | None = None  # when its playback ends (once all is generated)
         self.submitted: set[int] = set()
@@ -340,9 +436,33 @@ class _Turn:
         return playback_deadline(first, self.first_due, out, sum(self.est[:k]))
 
     def submit(self, k: int, t: float) -> None:
+        if self.continuity and k and self.codes_at is None:
+            self.pending.append((k, t))  # the worker's PromptBook holds it until the codes exist
+            return
+        if self.continuity and k:
+            t = max(t, self.codes_at or 0.0)
+        if self.continuity and k == 0:
+            self.sim.on_codes[f"{self.name}-0"] = self.codes
         self.submitted.add(k)
         self.sim.submit(t, f"{self.name}-{k}", self.segs[k][0], self.segs[k][1], priority=0 if k == 0 else 1,
-                        deadline=lambda at: self.deadline(k, at), on_done=lambda done_t: self.finished(k, done_t))
+                        deadline=lambda at: self.deadline(k, at), on_done=lambda done_t: self.finished(k, done_t),
+                        on_refused=self.refuse if k == 0 else None)
+
+    def codes(self, t: float) -> None:
+        self.codes_at = t
+        pending, self.pending = self.pending, []
+        if self.barged_at is None:
+            for k, at in pending:
+                self.submit(k, max(at, t))
+
+    def refuse(self, t: float) -> None:
+        """The worker refused the first segment (Overloaded): the service fails the turn, the rest is dropped."""
+        self.refused = True
+        self.barged_at = t  # nothing more is sent or counted as played
+        for k in self.submitted:
+            if k and self.done[k] is None:
+                self.sim.cancel(f"{self.name}-{k}")
+        self.ended(t)
 
     def finished(self, k: int, t: float) -> None:
         if self.barged_at is not None:
@@ -411,7 +531,8 @@ def _turn_results(sim: Sim, turns: list[_Turn]) -> dict[str, float]:
     fa = np.array(after_clause) * 1000.0
     return {"p50_ms": float(np.percentile(fa, 50)), "p95_ms": float(np.percentile(fa, 95)),
             "max_ms": float(fa.max()), "underruns": underruns, "turns_with_underrun": with_underrun,
-            "turns": len(turns), "barged": sum(tr.barged_at is not None for tr in turns),
+            "turns": len(turns), "barged": sum(tr.barged_at is not None and not tr.refused for tr in turns),
+            "refused_turns": sum(tr.refused for tr in turns),
             "stall_ms": stall_total * 1000.0, **sim.stats()}
 
 
@@ -667,10 +788,21 @@ def main() -> None:
     p.add_argument("--decode-slow", type=float, default=Cost.decode_slow)
     p.add_argument("--contention", type=float, default=Cost.contention)
     p.add_argument("--step-host-ms", type=float, default=Cost.step_host_ms)
+    p.add_argument("--costs", help="a cost file (bench/omnivoice_costs.py): measured costs replace the --codec-*, "
+                                   "--decode-slow, --contention and --step-host-ms ones")
+    p.add_argument("--admission-wait-ms", type=float, default=0.0, help="the worker's admission control (0: off)")
+    p.add_argument("--target-chars", type=int, default=160, help="text.target_chars (0: the config default)")
+    p.add_argument("--continuity", action="store_true", help="voice continuity (later segments on the first's codes)")
     args = p.parse_args()
-    knobs = Knobs(args.policy, args.admit_ms, args.latency_tokens, args.max_tokens, args.first_s)
+    knobs = Knobs(args.policy, args.admit_ms, args.latency_tokens, args.max_tokens, args.first_s,
+                  args.target_chars or None, args.admission_wait_ms, args.continuity)
     cost = Cost(args.step_host_ms, args.contention, args.codec_call_ms, args.codec_len_ms, args.codec_frame_ms,
                 args.decode_slow)
+    if args.costs:
+        try:
+            cost = Cost.measured(load_costs(args.costs))
+        except CostFileError as exc:
+            raise SystemExit(f"error: {exc}") from None
     ns = [int(x) for x in args.agents.split(",") if x]
     if args.calibrate16:
         calibrate16()

@@ -9,7 +9,10 @@
   tells where the time went. Tokens per step are not among the metrics.
 
 Starts `realtime-tts serve --model CKPT` itself (or uses --url), prints tables, writes
-OUT/<name>.md (command, machine, versions, date).
+OUT/<name>.md (command, machine, versions, date), and for the scheduler simulation OUT/<name>.json (the server's
+settings, each run's figures and server-side counters, the worker's start-up step times and activity lines read
+from the server's log, OUT/<name>.server.log) → `bench/omnivoice_costs.py --serve OUT/<name>.json` makes the
+sim's cost file.
 
     .venv/bin/python bench/omnivoice_serve.py --build tiny --agents 1,4 --load 40 --rate 10   # CPU smoke
     python bench/omnivoice_serve.py --build full --word-tokenizer --agents 1,25,50,100 --load 1000 --rate 100
@@ -32,19 +35,24 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import local_server
 from load import (  # the load generator (bench/load.py) owns the texts, the runs and the scrapes
     REPLIES,
     SHORT_INPUTS,
     AgentConfig,
+    commit,
     device_name,
     measured,
     profile_table,
+    raise_fd_limit,
     run_agents,
     run_speech,
     server_table,
-    start_server,
     versions,
 )
+from omnivoice_costs import parse_activity, parse_step_times, run_activity
+
+from realtime_tts.cli import options
 
 REPO = Path(__file__).resolve().parents[1]
 __all__ = ["REPLIES", "SHORT_INPUTS"]  # bench/omnivoice_sched_sim.py takes the serving texts from here
@@ -76,12 +84,16 @@ def main() -> None:
                    help="profile the server's event loop (serve --profile-web) into OUT/<name>.web_profile.txt and "
                         "put its top 30 functions in the report (cProfile slows the loop: a separate run)")
     args = p.parse_args()
-    out_dir = Path(args.out_dir)
-    profile = out_dir.resolve() / f"{args.name}.web_profile.txt" if args.profile_web and args.url is None else None
+    profile = Path(args.out_dir).resolve() / f"{args.name}.web_profile.txt" \
+        if args.profile_web and args.url is None else None
 
     proc = None
     web_pid = None
     ckpt = args.ckpt
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = out_dir / f"{args.name}.server.log"
+    server_log = None
     if args.url is None:
         if args.build:
             from realtime_tts.model.checkpoint import build_random_checkpoint
@@ -101,9 +113,13 @@ def main() -> None:
         if not ckpt:
             raise SystemExit("--ckpt DIR or --build tiny|full (or --url) is required")
         t0 = time.perf_counter()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        proc, url = start_server(["--model", ckpt, *args.server_args.split(),
-                                  *(["--profile-web", str(profile)] if profile is not None else [])])
+        port = local_server.free_port()
+        raise_fd_limit()  # thousands of connections in flight, here and in the server (it inherits the limit)
+        server_log = open(log_path, "wb")  # noqa: SIM115 — the server writes it until the end of the run
+        proc = local_server.start_server(port, ["--host", "127.0.0.1", "--model", ckpt, *args.server_args.split(),
+                                                *(["--profile-web", str(profile)] if profile is not None else [])],
+                                         output=server_log)
+        url = f"http://127.0.0.1:{port}"
         web_pid = proc.pid
         print(f"server healthy in {time.perf_counter() - t0:.1f} s", flush=True)
     else:
@@ -121,15 +137,20 @@ def main() -> None:
                        params=params, gap_s=(0.0, 0.0))
     loads = [(int(k), float(r)) for k, r in zip(args.load.split(","), args.rate.split(","), strict=True) if int(k)]
     load_rows: list[tuple[dict[str, Any], dict[str, float]]] = []
+    windows: list[tuple[float, float]] = []  # each run's wall-clock span, agents then loads (the activity lines')
     try:
         asyncio.run(run_agents(ws_url, 1, warm))  # warm-up: first-use costs
         for n in [int(x) for x in args.agents.split(",") if x]:
+            t_run = time.time()
             row, server = measured(url, run_agents(ws_url, n, conv), web_pid)
+            windows.append((t_run, time.time()))
             agent_rows.append(row)
             agent_server.append((f"{n} agents", server))
             print("agents", json.dumps(row), "server", json.dumps(server), flush=True)
         for num, rate in loads:
+            t_run = time.time()
             load_row, load_server = measured(url, run_speech(url, num, rate, params, shape="short"), web_pid)
+            windows.append((t_run, time.time()))
             load_rows.append((load_row, load_server))
             print("load", json.dumps(load_row), "server", json.dumps(load_server), flush=True)
         health = httpx.get(url + "/health", timeout=10).json()
@@ -137,6 +158,8 @@ def main() -> None:
         if proc is not None:
             proc.terminate()
             proc.wait(60)
+        if server_log is not None:
+            server_log.close()
 
     lines = [
         "# OmniVoice serving benchmark", "",
@@ -187,8 +210,49 @@ def main() -> None:
         lines += ["", "Errors (first few): " + "; ".join(errors[:5])]
     report = "\n".join(lines) + "\n"
     print(report)
-    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{args.name}.md").write_text(report)
+    log = log_path.read_text(errors="replace") if server_log is not None else ""
+    for line in log.splitlines():  # what bench/h200_run.sh greps from its run.log
+        if "serving graph buckets" in line or "step times" in line:
+            print(line)
+    (out_dir / f"{args.name}.json").write_text(json.dumps(run_json(
+        args, conv, agent_rows, agent_server, load_rows, windows, log, ckpt, health), indent=1, default=str) + "\n")
+
+
+def server_settings(server_args: str) -> dict[str, Any]:
+    """The scheduler settings the server ran with: its config as `serve` builds it from --server-args (defaults,
+    env, flags; a config file the flags name is read too)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    options.add_config_flags(parser)
+    known, _ = parser.parse_known_args(server_args.split())
+    cfg = options.load(known)
+    if cfg is None:
+        raise SystemExit(f"--server-args {server_args!r}: not a valid server config")
+    o = cfg.omnivoice
+    return {"max_batch_tokens": o.max_batch_tokens, "latency_batch_tokens": o.latency_batch_tokens,
+            "admit_interval_ms": o.admit_interval_ms, "admission_wait_ms": o.admission_wait_ms,
+            "scheduler_policy": o.scheduler_policy, "target_chars": cfg.text.target_chars,
+            "codec_graph_frames": o.codec_graph_frames, "voice_continuity": o.voice_continuity}
+
+
+def run_json(args: argparse.Namespace, conv: AgentConfig, agent_rows: list[dict[str, Any]],
+             agent_server: list[tuple[str, dict[str, float]]], load_rows: list[tuple[dict[str, Any], dict[str, float]]],
+             windows: list[tuple[float, float]], log: str, ckpt: str | None, health: dict[str, Any]) -> dict[str, Any]:
+    """What bench/omnivoice_costs.py and bench/omnivoice_sched_predict.py read from this run."""
+    activity = parse_activity(log)
+    spans = iter(windows)
+    agents = [{"agents": r["agents"], "row": r, "server": srv, "activity": run_activity(activity, *next(spans))}
+              for r, (_, srv) in zip(agent_rows, agent_server, strict=True)]
+    loads = [{"requests": r["requests"], "rate_per_s": r["rate_per_s"], "row": r, "server": srv,
+              "activity": run_activity(activity, *next(spans))} for r, srv in load_rows]
+    return {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "commit": commit(),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "device": device_name(),
+            "machine": f"{platform.node()}, {os.cpu_count()} CPU cores", "versions": versions(), "checkpoint": ckpt,
+            "server_args": args.server_args, "server": server_settings(args.server_args),
+            "bench": {"turns": conv.turns, "gap_s": args.gap_s, "barge_in": conv.barge_in, "ramp_s": conv.ramp_s,
+                      "words_per_s": args.words_per_s, "num_step": args.num_step, "protocol": args.protocol},
+            "step_points_ms": parse_step_times(log), "workers": health.get("engines", {}).get("omnivoice", {}),
+            "agents": agents, "loads": loads, "activity": activity}
 
 
 if __name__ == "__main__":

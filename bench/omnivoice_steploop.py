@@ -158,9 +158,11 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
     runner = backend.runner
     prof = cProfile.Profile() if profile else None
     done = threading.Event()
+    loop_clock = [0]
 
     def run() -> None:
         timer.thread = threading.get_ident()
+        loop_clock[0] = time.pthread_getcpuclockid(threading.get_ident())
         if prof is not None:
             prof.enable()
         try:
@@ -189,11 +191,15 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
     sampler = StackSampler(thread.ident) if sample and thread.ident is not None else None
     if sampler is not None:
         sampler.start()
+    decoder = loop._decoder.ident
+    clocks = (loop_clock[0], time.pthread_getcpuclockid(decoder) if decoder is not None else 0)
+    cpu0 = [time.clock_gettime(c) for c in clocks]
     steps0, wait0, t0 = runner.stats.steps, runner.stats.wait_s, time.perf_counter()
     act0 = loop._activity
     items0, tokens0 = act0.items, act0.tokens
     time.sleep(seconds)
     steps1, wait1, t1 = runner.stats.steps, runner.stats.wait_s, time.perf_counter()
+    cpu1 = [time.clock_gettime(c) for c in clocks]
     act1 = loop._activity
     busy, gap, timed = timer.take()
     sampled = sampler.stop() if sampler is not None else None
@@ -208,6 +214,10 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
            "tokens_per_step": (act1.tokens - tokens0) / steps if same else float("nan"),
            "wall_ms_per_step": 1000 * (t1 - t0) / steps, "wait_ms_per_step": 1000 * (wait1 - wait0) / steps,
            "host_ms_per_step": 1000 * ((t1 - t0) - (wait1 - wait0)) / steps,
+           # CPU time the loop thread and the decode thread used (blocked time, e.g. waiting for the GIL or in a
+           # launch that waits for room in the GPU's queue, is not CPU time unless the driver spins)
+           "loop_cpu_ms_per_step": 1000 * (cpu1[0] - cpu0[0]) / steps,
+           "decode_cpu_ms_per_step": 1000 * (cpu1[1] - cpu0[1]) / steps,
            "gpu_busy_ms_per_step": 1000 * busy / max(1, timed), "gpu_gap_ms_per_step": 1000 * gap / max(1, timed),
            "gpu_idle_pct": 100 * gap / max(1e-9, busy + gap), "timed_steps": timed}
     if sampled is not None:
@@ -227,13 +237,18 @@ def main() -> None:
     p.add_argument("--warm-steps", type=int, default=40)
     p.add_argument("--max-batch-tokens", type=int, default=16384, help="room for 128 short segments per step")
     p.add_argument("--label", default="this tree")
+    p.add_argument("--warm-pass", type=int, default=64, help="an unrecorded pass at this many items first (0: none)")
     p.add_argument("--switch-interval-ms", type=float, default=0.0,
                    help="set the interpreter's thread switch interval first (0: Python's default, 5 ms)")
     p.add_argument("--device", default="cuda:0", help="cpu: a smoke run of the script (tiny checkpoint)")
-    p.add_argument("--profile", type=int, default=0, help="then one more pass at this item count with the loop "
-                   "thread under cProfile (steploop_profile_<label>.txt; not in the table)")
+    p.add_argument("--profile", default="", help="then one more pass at each of these item counts (comma list) with "
+                   "the loop thread under cProfile (steploop_profile_<label>_<items>.txt; not in the table)")
     p.add_argument("--sample", action="store_true", help="the extra --profile pass samples the loop thread's "
                    "stack every 0.5 ms instead of running cProfile (only that thread; blocked time included)")
+    p.add_argument("--null-decode", action="store_true",
+                   help="an A/B of the decode thread's share: finished segments are answered with silence of their "
+                        "length without running the codec or copying anything off the device (the loop thread's "
+                        "work is unchanged); the label gets ' (null decode)'")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     args = p.parse_args()
 
@@ -256,15 +271,24 @@ def main() -> None:
                                 precision="reference", swiglu_gemm_min_tokens=8192)
     backend = loop_mod.ModelBackend(options)
     print(f"backend ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.null_decode:
+        hop = backend.model.codec.hop_length  # samples per frame
+        backend.decode = lambda states: [bytes(4 * hop * s.item.num_frames) for s in states]  # type: ignore[method-assign]
+        args.label += " (null decode)"
     if args.switch_interval_ms:  # an A/B of the interpreter's GIL switch interval (the worker keeps the default)
         sys.setswitchinterval(args.switch_interval_ms / 1000.0)
     timer = ReplayTimer()
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     rows = []
     # the profiled pass (if any) runs after the table's, so the profiler's overhead is in no row
-    passes = [int(x) for x in args.items.split(",") if x] + ([args.profile] if args.profile else [])
+    table = [int(x) for x in args.items.split(",") if x]
+    if args.warm_pass:
+        # first-use costs out of the table: the codec's graphs are captured per length on first use (a 8-item
+        # table pass that ran first measured 90 steps/s with the GPU 76% idle; the same pass later, 362 and 8%)
+        run_one(backend, ipc, loop_mod, args.warm_pass, args.max_batch_tokens, 2.0, args.warm_steps, timer, False)
+    passes = table + [int(x) for x in args.profile.split(",") if x]
     for i, n in enumerate(passes):
-        profiled = bool(args.profile) and i == len(passes) - 1
+        profiled = i >= len(table)
         row = run_one(backend, ipc, loop_mod, n, args.max_batch_tokens, args.seconds, args.warm_steps, timer,
                       profiled and not args.sample, profiled and args.sample)
         row["label"] = args.label
@@ -273,7 +297,7 @@ def main() -> None:
         if prof:
             print(prof, flush=True)
             slug = "".join(c if c.isalnum() else "_" for c in args.label).strip("_")
-            (Path(args.out_dir) / f"steploop_profile_{slug}.txt").write_text(json.dumps(row) + "\n" + prof)
+            (Path(args.out_dir) / f"steploop_profile_{slug}_{n}.txt").write_text(json.dumps(row) + "\n" + prof)
             continue
         rows.append(row)
     commit = subprocess.run(["git", "log", "--format=%h %cs", "-1"], capture_output=True, text=True,
@@ -283,10 +307,12 @@ def main() -> None:
              f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU'}, "
              f"torch {torch.__version__}; thread switch interval {sys.getswitchinterval() * 1000:g} ms"), "",
              ("| items in flight | steps/s | items / tokens per step | wall ms/step | host ms/step | waits for GPU "
-             "ms/step | GPU busy ms/step | GPU idle gap ms/step | GPU idle % |"), "|---|---|---|---|---|---|---|---|---|"]
+             "ms/step | loop thread CPU ms/step | decode thread CPU ms/step | GPU busy ms/step | GPU idle gap ms/step "
+             "| GPU idle % |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['items']} | {r['steps_per_s']:.0f} | {r['items_per_step']:.1f} / {r['tokens_per_step']:.0f} "
                      f"| {r['wall_ms_per_step']:.2f} | {r['host_ms_per_step']:.2f} | {r['wait_ms_per_step']:.2f} "
+                     f"| {r['loop_cpu_ms_per_step']:.2f} | {r['decode_cpu_ms_per_step']:.2f} "
                      f"| {r['gpu_busy_ms_per_step']:.2f} | {r['gpu_gap_ms_per_step']:.3f} | {r['gpu_idle_pct']:.1f} |")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

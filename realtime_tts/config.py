@@ -54,12 +54,15 @@ class OmniVoiceConfig:
     dtype: str = _doc("OmniVoice weights dtype: bf16, fp16 or fp32.", default="bf16")
     device: str = _doc("Torch device for OmniVoice workers: cuda or cpu (auto = cuda if present).", default="auto")
     gpus: int = _doc("Number of GPU workers (0 = every visible GPU).", default=0)
-    # Serving defaults (max/latency budgets, admission, codec graphs, target_chars) from the H200 A/B in
-    # serving run 11 of bench/results/HISTORY.md: 100 streaming agents p95 238 ms after the first sentence
-    # with no underruns (was 417 ms, 50 underruns). Bulk-only deployments gain ~10% throughput with a larger
-    # max_batch_tokens (B=16 design 214 xRT vs B=128 243 on the H200).
+    # Serving defaults (latency budget, admission, codec graphs, target_chars) from the H200 A/B in serving run
+    # 11 of bench/results/HISTORY.md: 100 streaming agents p95 238 ms after the first sentence with no underruns
+    # (was 417 ms, 50 underruns). max_batch_tokens 4096 (was 6144) from the scheduler simulation on the H200's
+    # measured costs (bench/results/omnivoice_sched_sim.md, session 8): a first segment's latency is ~32 steps
+    # of the full budget under load, and 4096 is the cheapest token bucket per token up to 6144: p95 first
+    # audio at 200-300 agents 264-265 ms vs 406-408 predicted, the HTTP loads unchanged. Bulk-only deployments
+    # gain ~10% throughput with a larger budget (B=16 design 214 xRT vs B=128 243 on the H200).
     max_batch_tokens: int = _doc("Token budget per diffusion step across the running batch (larger: more "
-                                 "throughput for bulk work, longer steps for everyone).", default=6144)
+                                 "throughput for bulk work, longer steps for everyone).", default=4096)
     latency_batch_tokens: int = _doc("Smaller step budget while a first segment (or a stream segment about to "
                                      "run dry) is generating: shorter steps, sooner first audio; 0 = off.",
                                      default=1024)
@@ -70,9 +73,9 @@ class OmniVoiceConfig:
                                   "this: by the web process on arrival (from the worker's last load report and "
                                   "what was sent since), else by the worker; 0 = never refuse (queue without "
                                   "bound).", default=1000)
-    codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode through a CUDA "
-                                   "graph of the codec captured per length on first use, instead of eagerly; "
-                                   "0 = off.", default=400)
+    codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode in padded batches "
+                                   "through CUDA graphs of the codec captured per batch and frame bucket on "
+                                   "first use, instead of eagerly; 0 = off.", default=400)
     precision: str = _doc("OmniVoice arithmetic on the GPU: reference (bf16 residual stream and audio head, as the "
                           "reference omnivoice package computes at bf16) or fp32 (fp32 residual stream, TF32 head).",
                           default="reference")

@@ -56,6 +56,11 @@ class Metrics:
                                              "diffusion steps (waiting for the host).", ["worker"], registry=r)
         self.codec_seconds_total = Counter(p + "codec_seconds_total", "GPU time of codec decodes.", ["worker"],
                                            registry=r)
+        # mean segments per codec call = rate(codec_items_total) / rate(codec_calls_total)
+        self.codec_calls_total = Counter(p + "codec_calls_total", "Codec calls (graph replays and eager calls).",
+                                         ["worker"], registry=r)
+        self.codec_items_total = Counter(p + "codec_items_total", "Segments decoded by the codec.", ["worker"],
+                                         registry=r)
         self.admission_refusals_total = Counter(p + "admission_refusals_total", "Requests or turns refused at "
                                                 "once because they could not start in time on the worker "
                                                 "(side: web = on arrival in the web process, from the worker's "

@@ -660,8 +660,8 @@ class OmniVoiceEngine:
 
     def attach_metrics(self, metrics: Metrics) -> None:
         """Feed /metrics from worker reports: per-worker queue depth, every step's time, CUDA-graph hits and
-        misses, host / GPU-busy / GPU-gap / codec seconds, admission refusals and the step model (worker
-        counters restart at 0 with the process; only increases are counted)."""
+        misses, host / GPU-busy / GPU-gap / codec seconds, codec calls and items, admission refusals and the step
+        model (worker counters restart at 0 with the process; only increases are counted)."""
         seen: dict[int, tuple[float, ...]] = {}
         self._on_restart = lambda cause: metrics.worker_restarts_total.labels(engine=ENGINE_NAME, cause=cause).inc()
         # worker-cumulative Stats fields → the counter each increase goes to, and its labels besides the worker's
@@ -671,6 +671,7 @@ class OmniVoiceEngine:
             ("cuda_graph_misses", metrics.cuda_graph_misses_total, None),
             ("host_s", metrics.worker_host_seconds_total, {}), ("gpu_busy_s", metrics.gpu_busy_seconds_total, {}),
             ("gpu_gap_s", metrics.gpu_gap_seconds_total, {}), ("codec_s", metrics.codec_seconds_total, {}),
+            ("codec_calls", metrics.codec_calls_total, {}), ("codec_items", metrics.codec_items_total, {}),
             ("refused", metrics.admission_refusals_total, {"side": "worker"}))
         self._on_refuse = lambda w: metrics.admission_refusals_total.labels(
             worker=f"{ENGINE_NAME}-{w.worker_id}", side="web").inc()

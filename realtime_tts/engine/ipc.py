@@ -170,6 +170,8 @@ class Stats(msgspec.Struct, tag="stats", frozen=True):
     gpu_busy_s: float = 0.0
     gpu_gap_s: float = 0.0
     codec_s: float = 0.0
+    codec_calls: int = 0  # codec calls (graph replays + eager calls) and the segments they decoded, cumulative
+    codec_items: int = 0
     refused: int = 0
     full_step_ms: float = 0.0  # the worker's measured step-time model at its token budget (0 until measured)
     # What the web process predicts a new first segment's start with between two reports (engine/admission.py):

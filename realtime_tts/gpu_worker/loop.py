@@ -87,12 +87,15 @@ class Backend(Protocol):
 @dataclass(frozen=True, slots=True)
 class DeviceTimes:
     """Cumulative seconds: the loop blocked waiting for the device to catch up (inside step()), the device
-    running steps, the device idle between steps while the loop was busy, the device running codec decodes."""
+    running steps, the device idle between steps while the loop was busy, the device running codec decodes; and
+    cumulative counts of codec calls and of the items they decoded."""
 
     wait_s: float = 0.0
     busy_s: float = 0.0
     gap_s: float = 0.0
     codec_s: float = 0.0
+    codec_calls: int = 0  # codec calls (graph replays + eager calls) and the items they decoded
+    codec_items: int = 0
 
 
 class ModelBackend:
@@ -159,6 +162,10 @@ class ModelBackend:
         # to the first requests, those compiles stalled the decode thread (H200 call 4: 25 agents' p95 first
         # audio 775 ms, against 154 ms at 100 agents run after them).
         self.model.codec.decode([torch.zeros(self.model.num_codebooks, t, dtype=torch.long) for t in range(1, 17)])
+        # the padded batches' masked kernels and the codec graphs serving decodes land in (codec_graphs.py)
+        t0 = time.perf_counter()
+        if num_codec := self.runner.warm_codec():
+            log.info("captured %d codec graphs in %.1f s", num_codec, time.perf_counter() - t0)
         if self.runner.use_graphs:
             budget = min(self._budget, self.max_batch_tokens)
             t0 = time.perf_counter()
@@ -166,10 +173,10 @@ class ModelBackend:
             captured = self.runner.capture_startup(budget, max_seconds=capture_s, keys=keys)
             log.info("captured %d of %d serving graph buckets in %.1f s", captured, len(keys),
                      time.perf_counter() - t0)
-            if self._policy == "deadline":  # the only user of the measurement
-                self.step_points = self._time_steps(budget)
-                log.info("step times (tokens: ms): %s",
-                         ", ".join(f"{n}: {1000 * s:.2f}" for n, s in self.step_points))
+            # The deadline policy plans with these; the log line is also the step-time model the scheduler
+            # simulation reads (bench/omnivoice_serve.py saves it, bench/omnivoice_costs.py), under any policy.
+            self.step_points = self._time_steps(budget)
+            log.info("step times (tokens: ms): %s", ", ".join(f"{n}: {1000 * s:.2f}" for n, s in self.step_points))
 
     def _time_steps(self, max_tokens: int, reps: int = 3) -> list[tuple[int, float]]:
         """(token bucket, seconds of one step) on this device for every token bucket up to max_tokens, each
@@ -287,7 +294,8 @@ class ModelBackend:
 
     def device_times(self) -> DeviceTimes:
         st = self.runner.stats
-        return DeviceTimes(st.wait_s, st.gpu_busy_s, st.gpu_gap_s, self._codec_s)
+        calls, items = self.runner.codec_counts()
+        return DeviceTimes(st.wait_s, st.gpu_busy_s, st.gpu_gap_s, self._codec_s, calls, items)
 
     def idle(self) -> None:
         self.runner.idle()
@@ -313,13 +321,16 @@ class _Activity:
         span = max(1e-9, now - self.since)
         per = max(1, self.steps)
         decode_ms = 1000 * self.decode_s / max(1, self.decodes)
+        calls = times.codec_calls - self.start.codec_calls
         busy, gap = times.busy_s - self.start.busy_s, times.gap_s - self.start.gap_s
         return (f"{self.steps / span:.0f} steps/s, {self.items / per:.1f} items and {self.tokens / per:.0f} tokens "
                 f"per step, step {1000 * self.step_s / per:.2f} ms in backend.step of which "
                 f"{1000 * self.host_s / per:.2f} ms host work ({100 * self.host_s / span:.0f}% of the loop; the "
                 f"rest waits for the GPU), GPU {100 * busy / span:.0f}% busy in steps, idle gaps "
                 f"{1000 * gap / per:.2f} ms per step, codec {100 * (times.codec_s - self.start.codec_s) / span:.0f}% "
-                f"of the GPU, {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each")
+                f"of the GPU, {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each, "
+                f"{calls} codec calls of {(times.codec_items - self.start.codec_items) / max(1, calls):.1f} "
+                f"items")
 
 
 @dataclass(slots=True)
@@ -691,7 +702,8 @@ class WorkerLoop:
                           s.num_cancelled, self._last_step_ms, len(plan.batch) if plan else 0,
                           plan.num_tokens if plan else 0, hits, misses, self._recent_step_ms,
                           host_s=self._host_total + self._activity.host_s, gpu_busy_s=times.busy_s,
-                          gpu_gap_s=times.gap_s, codec_s=times.codec_s, refused=self.admission.num_refused,
+                          gpu_gap_s=times.gap_s, codec_s=times.codec_s, codec_calls=times.codec_calls,
+                          codec_items=times.codec_items, refused=self.admission.num_refused,
                           full_step_ms=1000.0 * predicted if predicted is not None else 0.0,
                           at_s=now, budget_tokens=self.admission.budget, running=running_by_steps_left(running),
                           waiting_tokens=waiting_tokens, num_submits=self._num_submits,

@@ -185,7 +185,7 @@ class RunnerStats:
     wait_s: float = 0.0  # the part of step_s spent waiting for the GPU to catch up
     # CUDA: device time of the steps (from the launch of a step's graph to its end) and the device's idle
     # gaps between them (from the end of one step to the launch of the next while the loop stays busy;
-    # a step's layout rebuild counts as idle), read off timing events once the steps are done (no sync)
+    # an eager bucket's layout rebuild counts as idle), read off timing events once the steps are done (no sync)
     gpu_busy_s: float = 0.0
     gpu_gap_s: float = 0.0
     gpu_steps: int = 0  # steps whose busy time is counted
@@ -202,15 +202,22 @@ class RunnerStats:
 
 @dataclass
 class _Graph:
-    graph: torch.cuda.CUDAGraph | None  # None: a bucket run eagerly (StepRunner.bucketed)
-    layout: Layout  # the static inputs: the slot of each batch row (the empty slot pads) and their layout
+    graph: torch.cuda.CUDAGraph | None  # the step; None: a bucket run eagerly (StepRunner.bucketed)
+    layout: Layout  # the static buffers: the slot of each batch row (the empty slot pads) and their layout
+    # Captured buckets: the layout's own graph, replayed by _load when the items change (one launch instead of
+    # ~40 eager ones: ~25 small ops and 16 buffer copies; under serving churn the batch changes nearly every
+    # step, and H200 stack samples of the loop thread at c9a13cc put 40-55% of its time in those launches at
+    # 32-128 items). A separate graph, not part of the step's: an unchanged batch (bulk runs, the warm-up's
+    # single items) does not pay the layout's device time on every step. None: eager (bucketed) layout.
+    layout_graph: torch.cuda.CUDAGraph | None = None
     loaded: tuple[int, ...] = ()  # the slot assignments (SlotTable.serial) the layout was last built for
 
 
 class StepRunner:
     """Runs decoding steps for ItemStates (the role of realtime_tts.model.decoding.step), keeping each item in
-    flight in a device slot (gpu_worker/slots.py): a step's host work is one [B] slot-id copy and a graph replay
-    (or an eager step), with no host sync; the host runs at most max_inflight steps ahead of the GPU.
+    flight in a device slot (gpu_worker/slots.py): a step's host work is one graph replay (or an eager step), plus,
+    when its items changed, a [B] slot-id copy and the replay of the bucket's layout graph; no host sync, and the
+    host runs at most max_inflight steps ahead of the GPU.
 
     use_fused: Triton backbone + one-pass embedding (CUDA; or anywhere under TRITON_INTERPRET).
     fused_scoring: the CFG/argmax kernel and a TF32 audio head (head_tf32) instead of decoding.score's
@@ -218,7 +225,8 @@ class StepRunner:
     bucket, captured on the first step that needs one (or ahead with capture()) while the card keeps
     min_free_bytes free and fewer than max_graphs exist; anything else runs eagerly and counts as a miss
     (stats.miss_reasons says why). codec_graph_frames > 0 (CUDA): decode() replays per-length CUDA graphs of
-    the codec for segments up to that many frames (gpu_worker/codec_graphs.py).
+    the codec for segments up to that many frames, in padded masked batches across lengths
+    (gpu_worker/codec_graphs.py).
 
     precision: "fp32" (default) keeps the fused backbone's residual stream, embedding and final norm in fp32 and
     runs the audio head in fp32 (TF32 when head_tf32) → fp32 logits. "reference" computes as the reference
@@ -496,15 +504,19 @@ class StepRunner:
         self.stats.step_s += time.perf_counter() - t0
 
     def _load(self, graph: _Graph, states: list[ItemState], key: BucketKey) -> None:
-        """Point a graph at these states: when its items change, copy the new slot list in and rebuild its
-        layout (eager device work, no sync); an unchanged batch replays as it is. Items, not slot numbers: a slot
-        freed by a cancel is reused at once, and a stale layout would leave the newcomer's frames past the old
-        item's length masked forever (H200 run 7: the codec then read the mask id and the worker died)."""
+        """Point a graph at these states: when its items change, copy the new slot list in (and, for an eager
+        bucket, rebuild its layout: device work, no sync); an unchanged batch replays as it is. Items, not slot
+        numbers: a slot freed by a cancel is reused at once, and a stale layout would leave the newcomer's frames
+        past the old item's length masked forever (H200 run 7: the codec then read the mask id and the worker
+        died)."""
         serial = self.table.serial
         loaded = tuple(serial[s.slot] if s.slot is not None else -1 for s in states)
         if graph.loaded != loaded:
             graph.layout.slots.copy_(self._slot_ids(states, key.batch), non_blocking=True)
-            self.table.layout(graph.layout.slots, key.num_tokens, key.frames, out=graph.layout)
+            if graph.layout_graph is not None:
+                graph.layout_graph.replay()
+            else:
+                self.table.layout(graph.layout.slots, key.num_tokens, key.frames, out=graph.layout)
             graph.loaded = loaded
 
     def _run_eager(self, live: list[ItemState]) -> None:
@@ -552,7 +564,8 @@ class StepRunner:
         return None if grids is None else [g.cpu() for g in grids]
 
     def decode(self, states_or_codes: list[Any]) -> list[Any]:
-        """Finished code grids → waveforms, batched across items of equal length by the codec."""
+        """Finished code grids → waveforms: with codec graphs, in padded masked batches across lengths; else
+        batched across items of equal length by the codec."""
         codes = [s.tokens if isinstance(s, ItemState) else s for s in states_or_codes]
         if not codes:
             return []
@@ -565,6 +578,21 @@ class StepRunner:
         codec = self.codec_graphs if self.codec_graphs is not None else self.model.codec
         waves: list[Any] = codec.decode(codes)
         return waves
+
+    def warm_codec(self, max_seconds: float = 10.0) -> int:
+        """With codec graphs: compile the masked decoder's kernels and capture the graphs serving decodes land in
+        (CodecGraphs.warm_up), under the capture lock → how many graphs were captured."""
+        if self.codec_graphs is None:
+            return 0
+        with self._capture_lock:
+            captured: int = self.codec_graphs.warm_up(max_seconds=max_seconds)
+        return captured
+
+    def codec_counts(self) -> tuple[int, int]:
+        """(codec calls, items decoded) since start: graph replays and eager calls of the codec."""
+        if self.codec_graphs is not None:
+            return self.codec_graphs.stats.calls, self.codec_graphs.stats.items
+        return self.model.codec.calls, self.model.codec.items
 
     # --------------------------------------------------------------------------------------- buckets
     def _graph_for(self, key: BucketKey | str) -> _Graph | None:
@@ -657,17 +685,25 @@ class StepRunner:
             return None
         t0 = time.perf_counter()
         dev = self.model.device
-        layout = self._empty_layout(key)  # the graph's static inputs
+        layout = self._empty_layout(key)  # the graphs' static buffers
+
+        def lay_out() -> None:  # the layout of whatever slot list layout.slots holds, into its buffers
+            self.table.layout(layout.slots, key.num_tokens, key.frames, out=layout)
+
         stream = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: Triton compilation, cuBLAS handles, allocator
+                lay_out()
                 self._advance(layout, key.num_tokens)
         torch.cuda.current_stream(dev).wait_stream(stream)
+        layout_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(layout_graph, pool=self._pool):
+            lay_out()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
             self._advance(layout, key.num_tokens)
-        entry = _Graph(graph=graph, layout=layout)
+        entry = _Graph(graph=graph, layout=layout, layout_graph=layout_graph)
         self.graphs[key] = entry
         self.stats.graphs_captured += 1
         self.stats.capture_s += time.perf_counter() - t0

@@ -148,9 +148,9 @@ class SlotTable:
     def layout(self, slots: torch.Tensor, num_tokens: int, frames: int, out: Layout | None = None) -> Layout:
         """Where every packed token and target frame of the items in `slots` [Bb] (empty slot = padding row)
         comes from, packed into num_tokens tokens (≥ their total; the rest is padding after the last row) with
-        target grids padded to `frames`. Depends only on the slot list, so a graph rebuilds it (into `out`,
-        its static buffers) when its batch changes, not every step. Device ops with fixed shapes (no host
-        sync). Rows: cond_0..cond_{Bb-1}, uncond_0..uncond_{Bb-1}; the empty slot's rows have length 0."""
+        target grids padded to `frames`. Depends only on the slot list (and the slots' tables), so it is rebuilt
+        (into `out`, a bucket's static buffers) when the batch changes, not every step: by the bucket's captured
+        layout graph, or eagerly. Device ops with fixed shapes (no host sync, graph-capturable). Rows: cond_0..cond_{Bb-1}, uncond_0..uncond_{Bb-1}; the empty slot's rows have length 0."""
         dev = slots.device
         num_b = slots.shape[0]
         prefix_len, num_frames, audio_start, seed = self.meta[slots].t()  # [Bb] each

@@ -69,6 +69,8 @@ class Codec:
         self.hop_length: int = model.config.hop_length
         self.frame_rate: int = model.config.frame_rate
         self.num_codebooks: int = model.config.num_quantizers
+        self.calls = 0  # decode(): model calls made (one per distinct length) and items decoded, since start
+        self.items = 0
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], device: str | torch.device = "cpu") -> Codec:
@@ -86,8 +88,9 @@ class Codec:
     def decode(self, codes: list[torch.Tensor]) -> list[np.ndarray]:
         """Code grids [8, T_i] → float32 waveforms [960·T_i] (unbounded; no tanh).
 
-        Items of equal length share one batched call. Lengths are not padded together: the decoder's
-        convolutions see across frame boundaries, so padding would change the last samples of short items.
+        Items of equal length share one batched call. Lengths are not padded together here: the decoder's
+        convolutions see across frame boundaries, so plain padding would change the last samples of short items
+        (model/codec_batch.py pads them exactly, masking every conv's input past each length).
         """
         groups: dict[int, list[int]] = defaultdict(list)
         for i, c in enumerate(codes):
@@ -96,6 +99,8 @@ class Codec:
         for _, idx in sorted(groups.items()):
             batch = torch.stack([codes[i] for i in idx]).to(self.device)  # [b, 8, T]
             waves = self.model.decode(batch).audio_values  # [b, 1, 960·T]
+            self.calls += 1
+            self.items += len(idx)
             waves = waves[:, 0].float().cpu().numpy()
             for j, i in enumerate(idx):
                 out[i] = waves[j]

@@ -142,13 +142,14 @@ def test_fused_units_leave_only_the_other_convs_to_torch(tiny_checkpoint: Path) 
     torch.testing.assert_close(wave, stock, rtol=1e-5, atol=1e-5 * float(stock.abs().max()))
 
 
-def _unit_build(channels: int, t_block: int, num_warps: int, keep_raw: bool) -> dict[str, Any]:
+def _unit_build(channels: int, t_block: int, num_warps: int, keep_raw: bool, has_len: bool = False) -> dict[str, Any]:
     names = ("act_ptr", "skip_ptr", "w1_ptr", "b1_ptr", "alpha2_ptr", "w2_ptr", "b2_ptr", "alpha_next_ptr",
              "raw_ptr", "y_ptr")
-    sig = {n: "*fp32" for n in names} | {n: "i32" for n in ("length", "dilation", "padding")}
+    sig = {n: "*fp32" for n in names} | {"len_ptr": "*i64"}
+    sig |= {n: "i32" for n in ("length", "dilation", "padding", "len_scale")}
     sig |= {f"stride_{t}{d}": "i64" for t in "asry" for d in "bt"}
-    consts = {"C": channels, "BLOCK_C": channels, "KSIZE": 7, "WRITE_RAW": keep_raw, "T_BLOCK": t_block,
-              "PRECISE_SIN": True}
+    consts = {"C": channels, "BLOCK_C": channels, "KSIZE": 7, "WRITE_RAW": keep_raw, "HAS_LEN": has_len,
+              "T_BLOCK": t_block, "PRECISE_SIN": True}
     sig |= {n: "constexpr" for n in consts}
     return {"kernel": "realtime_tts.gpu_worker.kernels.dac_units:_res_unit_kernel", "signature": sig,
             "constexprs": consts, "divisible": list(names),
@@ -164,6 +165,9 @@ def test_unit_kernel_builds_for_hopper_without_spills() -> None:
     configs += [(c, tb, w, True) for c in (32, 64) for tb, w in ((64, 4), (128, 8))]
     configs.append((64, dac_units.UNIT_LAUNCH[64].t_block, dac_units.UNIT_LAUNCH[64].num_warps, False))
     configs = list(dict.fromkeys(configs))
+    # the defaults in a padded codec batch (the output zeroed past each item's length)
+    configs += [(c, dac_units.UNIT_LAUNCH[c].t_block, dac_units.UNIT_LAUNCH[c].num_warps, True, True)
+                for c in (32, 64)]
     for cfg, u in zip(configs, sm90.build([_unit_build(*c) for c in configs]), strict=True):
         ptx = u["ptx"]
         # all eight dots (7 taps + the 1x1) as TF32 wgmma (C=64, T_BLOCK 64, 4 warps: 64 m64n64k8 instructions)

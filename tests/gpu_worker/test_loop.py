@@ -30,9 +30,11 @@ gpu = [pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="needs CUDA")]
 
 @pytest.fixture(scope="module", params=["cpu", pytest.param("cuda:0", marks=gpu)])
 def backend(request: pytest.FixtureRequest, tiny_checkpoint: Path) -> ModelBackend:
-    """The worker's backend on CPU (eager) and, where there is one, on CUDA (fused kernels + graphs)."""
+    """The worker's backend on CPU (eager) and, where there is one, on CUDA (fused kernels + graphs, the codec's
+    batched graphs up to 64 frames)."""
     options = ipc.WorkerOptions(worker_id=0, model_dir=str(tiny_checkpoint), device=request.param,
-                                dtype="fp32", max_batch_tokens=4096, num_threads=1, policy="deadline")
+                                dtype="fp32", max_batch_tokens=4096, num_threads=1, policy="deadline",
+                                codec_graph_frames=64)
     return ModelBackend(options)
 
 
@@ -230,6 +232,7 @@ def test_busy_loop_logs_where_its_time_goes(backend: ModelBackend, caplog: pytes
     lines = [r.getMessage() for r in caplog.records if "steps/s" in r.getMessage()]
     assert lines, "no activity report"
     assert any(" 1.0 items" in line for line in lines) and any("decodes of 1 segments" in line for line in lines)
+    assert any("1 codec calls of 1.0 items" in line for line in lines)
 
 
 def test_deadline_policy_plans_with_measured_step_times(backend: ModelBackend) -> None:
@@ -264,6 +267,7 @@ def test_segments_finished_while_the_codec_is_busy_decode_together(backend: Mode
     h = Harness(backend)
     h.loop.activity_interval_s = 1e9  # keep counting
     try:
+        before = backend.device_times()
         with backend._cuda_lock:  # the decode thread blocks inside its first decode
             for i in range(4):
                 h.inbox.put(ipc.Submit(f"d{i}", "Decode me together.", duration_s=0.4, num_step=2, seed=i))
@@ -273,5 +277,8 @@ def test_segments_finished_while_the_codec_is_busy_decode_together(backend: Mode
             lambda m: isinstance(m, ipc.Audio) and m.request_id != "d3")
         assert {m.request_id for m in got if isinstance(m, ipc.Audio)} == {"d0", "d1", "d2", "d3"}
         assert h.loop._activity.decoded == 4 and h.loop._activity.decodes == 2  # d0 alone, then d1-d3 at once
+        # and one codec call each: d1-d3 (equal lengths here) in one batch, on CUDA one graph replay of 4 rows
+        after = backend.device_times()
+        assert (after.codec_calls - before.codec_calls, after.codec_items - before.codec_items) == (2, 4)
     finally:
         h.close()

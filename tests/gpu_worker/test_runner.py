@@ -298,19 +298,20 @@ def test_a_reused_slot_gets_a_fresh_layout(model_fp32: OmniVoiceModel) -> None:
     short, long_ = sorted(items[:2], key=lambda it: it.num_frames)
     key = BucketKey(1024, 1, 64)
     empty = torch.full((1,), runner.table.empty, dtype=torch.long)
-    graph = _Graph(graph=None, layout=runner.table.layout(empty, key.num_tokens, key.frames))  # type: ignore[arg-type]
+    layout = runner.table.layout(empty, key.num_tokens, key.frames)
+    graph = _Graph(graph=None, layout=layout)
     a = decoding.ItemState.start(short)
     runner._admit([a])
     runner._load(graph, [a], key)
-    assert int(graph.layout.num_frames[0]) == short.num_frames
+    assert int(layout.num_frames[0]) == short.num_frames
     slot = a.slot
     runner.release(a)
     b = decoding.ItemState.start(long_)
     runner._admit([b])
     assert b.slot == slot  # the freed slot, reused at once
     runner._load(graph, [b], key)
-    assert int(graph.layout.num_frames[0]) == long_.num_frames > short.num_frames
-    assert int(graph.layout.valid[0].sum()) == long_.num_frames
+    assert int(layout.num_frames[0]) == long_.num_frames > short.num_frames
+    assert int(layout.valid[0].sum()) == long_.num_frames
 
 
 def test_a_grid_with_unrevealed_positions_is_refused_before_the_codec(tiny_checkpoint: Path) -> None:

@@ -112,14 +112,17 @@ def test_kernel_builds_for_hopper_without_a_gpu() -> None:
     # decoder's conv epilogues (bias; bias + skip + the pre-activation kept), and those epilogues in the
     # channels-last layout at each of its tiles. None may spill registers.
     sig = {n: "*fp32" for n in ("x_ptr", "bias_ptr", "skip_ptr", "alpha_ptr", "raw_ptr", "y_ptr")}
-    sig |= {n: "i32" for n in ("num_rows", "rows_per_batch", "num_cols")}
+    sig |= {"len_ptr": "*i64"}
+    sig |= {n: "i32" for n in ("num_rows", "rows_per_batch", "num_cols", "len_scale")}
     sig |= {f"stride_{t}{d}": "i64" for t in "xsry" for d in "br"}
-    names = ("HAS_BIAS", "HAS_SKIP", "WRITE_RAW", "CHANNELS_LAST", "BLOCK_R", "BLOCK_C", "PRECISE_SIN")
+    names = ("HAS_BIAS", "HAS_SKIP", "WRITE_RAW", "CHANNELS_LAST", "BLOCK_R", "BLOCK_C", "HAS_LEN", "PRECISE_SIN")
     sig |= {n: "constexpr" for n in names}
-    variants = [(False, False, False, False, 4, 256), (True, False, False, False, 4, 256),
-                (True, True, True, False, 4, 256), (True, False, False, True, 8, 128)]
+    variants = [(False, False, False, False, 4, 256, False), (True, False, False, False, 4, 256, False),
+                (True, True, True, False, 4, 256, False), (True, False, False, True, 8, 128, False)]
     # the channels-last epilogue at each tile launch_snake picks for DAC's channel counts (96-1536)
-    variants += [(True, True, True, True, 1024 // c, c) for c in (32, 64, 128)]
+    variants += [(True, True, True, True, 1024 // c, c, False) for c in (32, 64, 128)]
+    # a padded codec batch's epilogues (the Snake output zeroed past each item's length), both layouts
+    variants += [(True, True, True, False, 4, 256, True), (True, True, True, True, 8, 128, True)]
     specs = [{"kernel": "realtime_tts.gpu_worker.kernels.snake:_snake_kernel", "signature": sig,
               "constexprs": dict(zip(names, (*v, True), strict=True)), "options": LAUNCH_OPTIONS}
              for v in variants]

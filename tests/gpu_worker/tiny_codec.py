@@ -31,18 +31,26 @@ def tiny_codec(tiny_checkpoint: Path, device: str) -> Any:
 def check_graph_replays(codec: Any, switch: Callable[[torch.nn.Module], object],
                         same: Callable[[np.ndarray, np.ndarray], None]) -> None:
     """CUDA: stock eager decodes of three grids (two lengths), then `switch(codec.model)` and the codec's per-length
-    CUDA graphs (captured on the first round, replayed on the second): each round's audio `same` as stock."""
-    from realtime_tts.gpu_worker.codec_graphs import CodecGraphs
+    batch-1 CUDA graphs (captured on the first round, replayed on the second): each round's audio `same` as stock;
+    then the padded batched graphs (other conv shapes than stock's, so TF32 sums in another order: within 1e-3)."""
+    from realtime_tts.gpu_worker.codec_graphs import CodecGraphs, PerLengthCodecGraphs
 
     g = torch.Generator().manual_seed(1)
     grids = [torch.randint(0, 1024, (8, t), generator=g).cuda() for t in (10, 17, 17)]
     stock = codec.decode(grids)
     switch(codec.model)
-    graphs = CodecGraphs(codec, max_frames=64)
+    per_length = PerLengthCodecGraphs(codec, max_frames=64)
     for _round in range(2):
-        for a, b in zip(graphs.decode(grids), stock, strict=True):
+        for a, b in zip(per_length.decode(grids), stock, strict=True):
             same(a, b)
-    assert graphs.stats.captured == 2 and not graphs.stats.failed_lengths
+    assert per_length.stats.captured == 2 and not per_length.stats.failed
+    batched = CodecGraphs(codec, max_frames=64)
+    for _round in range(2):
+        for a, b in zip(batched.decode(grids), stock, strict=True):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-3)
+    # 17, 17 in one 2 x 32-frame graph; 10 (under 17 / 1.5) alone in 1 x 16
+    assert sorted(batched.graphs) == [(1, 16), (2, 32)] and not batched.stats.failed
 
 
 def assert_close_audio(a: np.ndarray, r: np.ndarray, device: str) -> None:

@@ -18,18 +18,21 @@ import torch.nn.functional as F
 from realtime_tts.gpu_worker.kernels import dac_output, dac_units
 from realtime_tts.gpu_worker.kernels.module_switch import ForwardSwitch, derived, drop_derived
 from realtime_tts.gpu_worker.kernels.snake import _INTERPRET, _TILE, launch_snake, snake_ref, unit_stride
+from realtime_tts.model.codec_batch import masked_decoder_walk, pad_mask
 
 
 def conv_epilogue(x: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor, skip: torch.Tensor | None = None,
                   keep_raw: bool = False, inplace: bool = False, tile: int = _TILE,
-                  channels_last: bool = False) -> tuple[torch.Tensor | None, torch.Tensor]:
+                  channels_last: bool = False, lengths: torch.Tensor | None = None,
+                  scale: int = 1) -> tuple[torch.Tensor | None, torch.Tensor]:
     """x: [B, C, T] a conv's output without its bias; bias: [C] or None; alpha: [1, C, 1]; skip: [B, C, T] or None
     → (raw, y): raw = skip + (x + bias) (None unless keep_raw), y = snake(raw), in x's memory layout.
 
     channels_last=True: x and skip are [B, C, T] views of [B, T, C] memory (channel stride 1, e.g. a
     channels_last [B, C, 1, T] conv output squeezed). inplace=True: x is the caller's scratch (a conv output nobody
     else holds) and takes raw, or y when raw is not kept. x and skip may be cut along T (a strided view,
-    read in place). No host syncs.
+    read in place). lengths [B] int64 (a padded codec batch): y is 0 past sample lengths[b] · scale of item b (raw
+    is not masked). No host syncs.
     """
     assert x.dim() == 3, f"x must be [B, C, T], got {tuple(x.shape)}"
     num_channels = x.shape[1]
@@ -44,7 +47,8 @@ def conv_epilogue(x: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tenso
     # empty_like keeps x's strides (x is dense): the outputs share its layout
     raw = (x if inplace else torch.empty_like(x)) if keep_raw else None  # [B, C, T]
     y = x if inplace and not keep_raw else torch.empty_like(x)  # [B, C, T]
-    launch_snake(x, alpha_flat, y, tile, bias=bias_flat, skip=skip, raw=raw, channels_last=channels_last)
+    launch_snake(x, alpha_flat, y, tile, bias=bias_flat, skip=skip, raw=raw, channels_last=channels_last,
+                 lengths=lengths, scale=scale)
     return raw, y
 
 
@@ -123,14 +127,24 @@ def _units(block: Any) -> list[Any]:
     return [block.res_unit1, block.res_unit2, block.res_unit3]
 
 
-def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
+def _fused_forward(self: Any, hidden_state: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """The decoder's forward (hidden_state [B, D, T] → [B, 1, hop·T]). lengths [B] int64 (frames, on the device):
+    a padded batch (model/codec_batch.py): every Snake output that feeds a temporal conv is zeroed past its item's
+    valid length at that resolution, inside the epilogue or unit kernel that makes it, so each item's valid
+    samples are its unpadded decode's; the raw residual stream past it is left as it is (it only meets
+    per-sample ops)."""
     if not (hidden_state.is_cuda or _INTERPRET) or hidden_state.dtype != torch.float32:
         # CPU without the interpreter, or another dtype (the stock ops would round between ops): stock path
+        if lengths is not None:
+            return masked_decoder_walk(self, hidden_state, lengths)
         stock: torch.Tensor = _SWITCH.stock_class(type(self)).forward(self, hidden_state)
         return stock
     channels_last = bool(self.__dict__.get(_CL_FLAG, False))
     fused_units = channels_last and bool(self.__dict__.get(_UNITS_FLAG, False))
     conv: Callable[[Any, torch.Tensor], torch.Tensor] = _conv_cl if channels_last else _conv
+    scale = 1  # samples per frame at the current stage
+    if lengths is not None:  # the decoder's input past each length: whatever the padded codes decoded to
+        hidden_state = hidden_state.masked_fill(pad_mask(lengths, 1, hidden_state.shape[-1]), 0.0)
     if channels_last:
         # the one conversion in: [B, D, T] → [B, T, D] memory; every activation after it stays channels-last
         hidden_state = hidden_state.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)
@@ -139,19 +153,24 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
     alphas = [m.alpha for blk in blocks for m in [blk.snake1] + [s for u in _units(blk) for s in (u.snake1, u.snake2)]]
     alphas.append(self.snake1.alpha)
     nxt = iter(alphas)
+    # With lengths, each epilogue (and fused unit) whose Snake output feeds a temporal conv zeroes it past the valid
+    # length in the same pass (the unit's inner Snake feeds its 1x1 conv: per sample, left as it is).
     _, act = conv_epilogue(conv(self.conv1, hidden_state), self.conv1.bias, next(nxt), inplace=True,
-                           channels_last=channels_last)  # [B, C0, T]
+                           channels_last=channels_last, lengths=lengths, scale=scale)  # [B, C0, T]
     for blk in blocks:
+        scale *= blk.conv_t1.stride[0]
         # the upsampling conv's output is both the first unit's Snake input and its skip
         skip, act = conv_epilogue(conv(blk.conv_t1, act), blk.conv_t1.bias, next(nxt), keep_raw=True,
-                                  inplace=True, channels_last=channels_last)  # [B, C, T·stride] each
+                                  inplace=True, channels_last=channels_last, lengths=lengths,
+                                  scale=scale)  # [B, C, T·stride] each
         units = _units(blk)
         for i, unit in enumerate(units):
             keep = i < len(units) - 1  # the last unit's sum only feeds the next block's (or the decoder's) Snake
             if fused_units and dac_units.unit_fits(unit):
                 next(nxt)  # snake2's alpha: the kernel reads it from the unit
                 assert skip is not None
-                skip, act = dac_units.residual_unit(unit, act, skip, next(nxt), keep_raw=keep)
+                skip, act = dac_units.residual_unit(unit, act, skip, next(nxt), keep_raw=keep, lengths=lengths,
+                                                    scale=scale)
                 continue
             _, act = conv_epilogue(conv(unit.conv1, act), unit.conv1.bias, next(nxt), inplace=True,
                                    channels_last=channels_last)
@@ -159,7 +178,7 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
             assert skip is not None
             skip = dac_units.center_crop(skip, out.shape[-1])
             skip, act = conv_epilogue(out, unit.conv2.bias, next(nxt), skip=skip, keep_raw=keep,
-                                      inplace=True, channels_last=channels_last)
+                                      inplace=True, channels_last=channels_last, lengths=lengths, scale=scale)
     taps = _wave_taps(self.conv2) if channels_last and self.conv2.bias is not None else None
     if taps is not None:  # conv2 + bias (+ tanh) in one pass, straight into the [B, 1, T_wave] waveform
         # DAC ends in nn.Tanh; HiggsAudioV2's tokenizer swaps it for nn.Identity (unbounded waveforms)
@@ -179,7 +198,8 @@ def _fused_forward(self: Any, hidden_state: torch.Tensor) -> torch.Tensor:
     return out_wave
 
 
-_SWITCH = ForwardSwitch(_fused_forward, __name__)
+# accepts_lengths: model/codec_batch.decode_padded passes a padded batch's lengths to this forward
+_SWITCH = ForwardSwitch(_fused_forward, __name__, attrs={"accepts_lengths": True})
 
 
 def _is_snake(m: object, channels: int) -> bool:

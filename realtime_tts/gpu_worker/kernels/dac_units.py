@@ -47,11 +47,13 @@ UNIT_LAUNCH: dict[int, UnitLaunch] = {16: UnitLaunch(128, 4), 32: UnitLaunch(128
 # times its [C, C] tap matrix, summed in fp32 (TF32 inputs on CUDA, as cuDNN's TF32 convs; fp32 in the
 # interpreter). Then the fp32 ops in the unfused decoder's order: h = conv1 + b1; g = snake(h); v = conv2(g) + b2;
 # v = skip + v (the conv_epilogue order); raw = v; y = snake_next(v).
-@triton.jit(do_not_specialize=["length", "dilation", "padding"])
+# HAS_LEN (a padded codec batch): y is 0 past item b's valid length, len_ptr[b] · len_scale samples.
+@triton.jit(do_not_specialize=["length", "dilation", "padding", "len_scale"])
 def _res_unit_kernel(act_ptr, skip_ptr, w1_ptr, b1_ptr, alpha2_ptr, w2_ptr, b2_ptr, alpha_next_ptr, raw_ptr, y_ptr,
-                     length, dilation, padding, stride_ab, stride_at, stride_sb, stride_st, stride_rb, stride_rt,
-                     stride_yb, stride_yt, C: tl.constexpr, BLOCK_C: tl.constexpr, KSIZE: tl.constexpr,
-                     WRITE_RAW: tl.constexpr, T_BLOCK: tl.constexpr, PRECISE_SIN: tl.constexpr):
+                     len_ptr, length, dilation, padding, len_scale, stride_ab, stride_at, stride_sb, stride_st,
+                     stride_rb, stride_rt, stride_yb, stride_yt, C: tl.constexpr, BLOCK_C: tl.constexpr,
+                     KSIZE: tl.constexpr, WRITE_RAW: tl.constexpr, HAS_LEN: tl.constexpr, T_BLOCK: tl.constexpr,
+                     PRECISE_SIN: tl.constexpr):
     b = tl.program_id(1).to(tl.int64)
     t = tl.program_id(0) * T_BLOCK + tl.arange(0, T_BLOCK)  # [T_BLOCK] output samples
     ch = tl.arange(0, BLOCK_C)  # [BLOCK_C]
@@ -80,6 +82,9 @@ def _res_unit_kernel(act_ptr, skip_ptr, w1_ptr, b1_ptr, alpha2_ptr, w2_ptr, b2_p
         tl.store(raw_ptr + b * stride_rb + t64 * stride_rt + ch[None, :], v, mask=mask)
     alpha_next = tl.load(alpha_next_ptr + ch, mask=ch_ok, other=1.0)
     y = snake_values(v, alpha_next[None, :], PRECISE_SIN)
+    if HAS_LEN:
+        valid = tl.load(len_ptr + b) * len_scale
+        y = tl.where((t.to(tl.int64) < valid)[:, None], y, 0.0)
     tl.store(y_ptr + b * stride_yb + t64 * stride_yt + ch[None, :], y, mask=mask)
 
 
@@ -138,13 +143,17 @@ def _flat(p: torch.Tensor) -> torch.Tensor:
 
 
 def residual_unit(unit: Any, act: torch.Tensor, skip: torch.Tensor, alpha_next: torch.Tensor,
-                  keep_raw: bool = True, launch: UnitLaunch | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                  keep_raw: bool = True, launch: UnitLaunch | None = None, lengths: torch.Tensor | None = None,
+                  scale: int = 1) -> tuple[torch.Tensor | None, torch.Tensor]:
     """act: [B, C, T] in [B, T, C] memory (snake1 of the unit's input, made by the previous epilogue); skip: the raw
     unit input [B, C, T'] with unit channel stride (T' >= T: cropped to the centre as DAC does, read in place);
     alpha_next: [1, C, 1], the Snake after this unit → (raw, y): raw = skip + (conv2(snake2(conv1(act) + b1)) + b2)
-    (None unless keep_raw), y = snake_next(raw), both [B, C, T] in [B, T, C] memory. No host syncs."""
+    (None unless keep_raw), y = snake_next(raw), both [B, C, T] in [B, T, C] memory. lengths [B] int64 (a padded
+    codec batch): y is 0 past sample lengths[b] · scale of item b. No host syncs."""
     num_batch, channels, length = act.shape
     launch = launch or UNIT_LAUNCH[block_channels(channels)]
+    if lengths is not None:
+        assert lengths.dtype == torch.int64 and lengths.numel() == num_batch
     assert act.stride(1) == 1 and skip.stride(1) == 1, "act and skip must be channels-last ([B, T, C] memory)"
     assert act.dtype == skip.dtype == torch.float32
     skip = center_crop(skip, length)
@@ -158,9 +167,10 @@ def residual_unit(unit: Any, act: torch.Tensor, skip: torch.Tensor, alpha_next: 
         grid = (triton.cdiv(length, launch.t_block), num_batch)
         _res_unit_kernel[grid](
             act, skip, w1, _flat(c1.bias), _flat(unit.snake2.alpha), w2, _flat(unit.conv2.bias), _flat(alpha_next),
-            raw_arg, y, length, c1.dilation[0], c1.padding[0], act.stride(0), act.stride(2), skip.stride(0),
-            skip.stride(2), raw_arg.stride(0), raw_arg.stride(2), y.stride(0), y.stride(2), C=channels,
-            BLOCK_C=w2.shape[0], KSIZE=c1.kernel_size[0], WRITE_RAW=keep_raw, T_BLOCK=launch.t_block,
+            raw_arg, y, lengths if lengths is not None else y, length, c1.dilation[0], c1.padding[0], scale,
+            act.stride(0), act.stride(2), skip.stride(0), skip.stride(2), raw_arg.stride(0), raw_arg.stride(2),
+            y.stride(0), y.stride(2), C=channels, BLOCK_C=w2.shape[0], KSIZE=c1.kernel_size[0], WRITE_RAW=keep_raw,
+            HAS_LEN=lengths is not None, T_BLOCK=launch.t_block,
             PRECISE_SIN=not _INTERPRET, num_warps=launch.num_warps, num_stages=launch.num_stages,
             enable_fp_fusion=False)
     return raw, y

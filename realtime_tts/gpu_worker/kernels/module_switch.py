@@ -16,9 +16,10 @@ import torch
 class ForwardSwitch:
     """One replacement forward and the subclasses made for it, one per stock class it has met."""
 
-    def __init__(self, forward: Callable[..., Any], module_name: str) -> None:
+    def __init__(self, forward: Callable[..., Any], module_name: str, attrs: dict[str, Any] | None = None) -> None:
         self._forward = forward
         self._module_name = module_name
+        self._attrs = dict(attrs or {})  # class attributes of the fused subclasses (e.g. what forward accepts)
         self._fused: dict[type[torch.nn.Module], type[torch.nn.Module]] = {}  # stock class → its fused subclass
 
     def stock_class(self, cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
@@ -28,7 +29,7 @@ class ForwardSwitch:
     def _fused_class(self, stock: type[torch.nn.Module]) -> type[torch.nn.Module]:
         if stock not in self._fused:
             self._fused[stock] = type("Fused" + stock.__name__, (stock,),
-                                      {"forward": self._forward, "__module__": self._module_name})
+                                      {"forward": self._forward, "__module__": self._module_name, **self._attrs})
         return self._fused[stock]
 
     def apply(self, model: torch.nn.Module, matches: Callable[[torch.nn.Module], bool], enabled: bool = True) -> int:

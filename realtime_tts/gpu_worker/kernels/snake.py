@@ -43,10 +43,12 @@ def snake_values(x, alpha, PRECISE_SIN: tl.constexpr):
 # (batch, channel), its columns are samples, the per-channel values go by row. On ([B, T, C] memory, the
 # channels-last decoder's): a row is one (batch, sample), its columns are channels, the per-channel values go by
 # column. Sizes are not specialised on (only the tile shape is), so a new codec length compiles no new variant.
-@triton.jit(do_not_specialize=["num_rows", "rows_per_batch", "num_cols"])
-def _snake_kernel(x_ptr, bias_ptr, skip_ptr, alpha_ptr, raw_ptr, y_ptr, num_rows, rows_per_batch, num_cols,
-                  stride_xb, stride_xr, stride_sb, stride_sr, stride_rb, stride_rr, stride_yb, stride_yr,
-                  HAS_BIAS: tl.constexpr, HAS_SKIP: tl.constexpr, WRITE_RAW: tl.constexpr,
+# HAS_LEN (a padded batch of the codec, model/codec_batch.py): y is 0 past each batch item's valid length,
+# len_ptr[b] · len_scale samples (raw is stored as computed).
+@triton.jit(do_not_specialize=["num_rows", "rows_per_batch", "num_cols", "len_scale"])
+def _snake_kernel(x_ptr, bias_ptr, skip_ptr, alpha_ptr, raw_ptr, y_ptr, len_ptr, num_rows, rows_per_batch, num_cols,
+                  len_scale, stride_xb, stride_xr, stride_sb, stride_sr, stride_rb, stride_rr, stride_yb, stride_yr,
+                  HAS_BIAS: tl.constexpr, HAS_SKIP: tl.constexpr, WRITE_RAW: tl.constexpr, HAS_LEN: tl.constexpr,
                   CHANNELS_LAST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
                   PRECISE_SIN: tl.constexpr):
     # Short rows (the decoder's first stages, or few channels) share a program instead of leaving most of its
@@ -78,6 +80,13 @@ def _snake_kernel(x_ptr, bias_ptr, skip_ptr, alpha_ptr, raw_ptr, y_ptr, num_rows
                  v.to(raw_ptr.dtype.element_ty), mask=mask)
     alpha = tl.load(alpha_ptr + chan, mask=chan_ok, other=1.0).to(tl.float32)
     y = snake_values(v, alpha, PRECISE_SIN)
+    if HAS_LEN:
+        valid = tl.load(len_ptr + b, mask=row_ok, other=0) * len_scale  # [BLOCK_R] samples
+        if CHANNELS_LAST:  # a row is one sample
+            keep = (r64 < valid)[:, None]
+        else:  # the columns are samples
+            keep = cols[None, :].to(tl.int64) < valid[:, None]
+        y = tl.where(keep, y, 0.0)
     tl.store(y_ptr + (b * stride_yb + r64 * stride_yr)[:, None] + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=mask)
 
@@ -110,10 +119,12 @@ def _channel_block(num_channels: int, tile: int) -> int:
 
 def launch_snake(x: torch.Tensor, alpha: torch.Tensor, y: torch.Tensor, tile: int = _TILE,
                  bias: torch.Tensor | None = None, skip: torch.Tensor | None = None,
-                 raw: torch.Tensor | None = None, channels_last: bool = False) -> None:
+                 raw: torch.Tensor | None = None, channels_last: bool = False,
+                 lengths: torch.Tensor | None = None, scale: int = 1) -> None:
     """y ← snake(v) with v = skip + (x + bias) (each part when given), raw ← v when given. x, y, skip, raw:
     [B, C, T] with unit sample stride, or with channels_last unit channel stride ([B, T, C] memory); the other
-    dims may be strided (a view cut along T). alpha, bias: [C] contiguous. No host syncs: safe inside CUDA graph
+    dims may be strided (a view cut along T). alpha, bias: [C] contiguous. lengths: [B] int64 on x's device (a
+    padded codec batch): y is 0 past sample lengths[b] · scale of item b. No host syncs: safe inside CUDA graph
     capture once the kernel is compiled."""
     num_batch, num_channels, length = x.shape
     if not y.numel():
@@ -131,11 +142,15 @@ def launch_snake(x: torch.Tensor, alpha: torch.Tensor, y: torch.Tensor, tile: in
     grid = (triton.cdiv(num_rows, block_r), triton.cdiv(num_cols, block_c))
     skip_arg = skip if skip is not None else x  # (unread without a skip, a bias or a raw output)
     raw_arg = raw if raw is not None else y
+    if lengths is not None:
+        assert lengths.dtype == torch.int64 and lengths.numel() == num_batch
     _snake_kernel[grid](
-        x, bias if bias is not None else alpha, skip_arg, alpha, raw_arg, y, num_rows, rows_per_batch, num_cols,
+        x, bias if bias is not None else alpha, skip_arg, alpha, raw_arg, y,
+        lengths if lengths is not None else alpha, num_rows, rows_per_batch, num_cols, scale,
         x.stride(0), x.stride(row_dim), skip_arg.stride(0), skip_arg.stride(row_dim), raw_arg.stride(0),
         raw_arg.stride(row_dim), y.stride(0), y.stride(row_dim), HAS_BIAS=bias is not None,
-        HAS_SKIP=skip is not None, WRITE_RAW=raw is not None, CHANNELS_LAST=channels_last, BLOCK_R=block_r,
+        HAS_SKIP=skip is not None, WRITE_RAW=raw is not None, HAS_LEN=lengths is not None,
+        CHANNELS_LAST=channels_last, BLOCK_R=block_r,
         BLOCK_C=block_c, PRECISE_SIN=not _INTERPRET, **LAUNCH_OPTIONS)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from live_server import metric, start_server, stop_server
+from session_client import SessionClient
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -121,12 +122,32 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
         status = int(lines[0].split()[1])
         headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
         error = json.loads(payload)["error"] if status != 200 else None
+        if status == 503:
+            refusing.set()
         return status, took, error, headers.get("retry-after")
+
+    def session_probe() -> list[dict[str, Any]]:
+        """A session-mode context opened while the flood is being refused: its messages."""
+        c = SessionClient(f"{small_server.ws}/v1/stream/text", num_step=8)
+        c.send({"type": "speak", "context_id": "s1", "text": "Your table is ready now."})
+        c.until_done("s1", timeout=120)
+        c.ws.close()
+        return c.contexts["s1"].messages
 
     async def flood(num: int, rate: float) -> list[tuple[int, float, dict[str, Any] | None, str | None]]:
         return await asyncio.gather(*(one(i, i / rate) for i in range(num)))
 
-    results = asyncio.run(flood(40, 100.0))
+    async def flood_and_probe() -> tuple[list[tuple[int, float, dict[str, Any] | None, str | None]],
+                                         list[dict[str, Any]]]:
+        async def probe() -> list[dict[str, Any]]:
+            await refusing.wait()
+            return await asyncio.to_thread(session_probe)
+
+        return await asyncio.gather(flood(40, 100.0), probe())
+
+    refusing = asyncio.Event()
+
+    results, session = asyncio.run(flood_and_probe())
     statuses = sorted({status for status, _, _, _ in results})
     assert statuses == [200, 503], results  # some served, some refused, nothing else (no 500)
     refused = [(took, error, retry) for status, took, error, retry in results if status == 503]
@@ -136,7 +157,12 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
         assert error is not None and error["code"] == "overloaded" and error["retry_after_ms"] >= 100
         assert retry is not None and int(retry) == max(1, -(-error["retry_after_ms"] // 1000))
     assert max(web) < 0.2, sorted(web)  # on arrival: no queueing behind the work ahead
-    assert metric(small_server.http, "admission_refusals_total", side="web") == len(web)
+    session_web = int("web process" in next(m for m in session if m["type"] == "error")["message"])
+    assert metric(small_server.http, "admission_refusals_total", side="web") == len(web) + session_web
+    # session mode: the refused turn is a context error (retryable, not fatal), the session lives on
+    error = next(m for m in session if m["type"] == "error")
+    assert error["code"] == "overloaded" and error["retryable"] and not error["fatal"], session
+    assert session[-1]["type"] == "context.done" and session[-1]["reason"] == "error", session
     served = [took for status, took, _, _ in results if status == 200]
     assert len(served) >= 3  # the worker kept serving what it admitted
 

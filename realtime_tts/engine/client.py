@@ -517,6 +517,21 @@ class OmniVoiceEngine:
         if w.pipe is not None:
             w.pipe.send(ipc.encode(message))
 
+    def check(self, request: SegmentRequest) -> None:
+        """Service.open's look before any work is queued: a request or turn (its first segment) that no worker
+        can start within admission_wait_ms is refused now, the decision synthesize would make two tasks and as
+        many loop iterations later (under load each iteration is the whole ready queue). Anything else wrong is
+        left for synthesize to report."""
+        if request.priority != 0 or self._admission_wait_s <= 0:
+            return
+        try:
+            w = self._pick(request.prompt_from)
+            submit = ipc.Submit(request.request_id, request.text, prompt=_prompt_payload(request),
+                                num_step=request.num_step, priority=0, prompt_from=request.prompt_from)
+        except errors.TTSError:
+            return
+        self._admit(w, submit)
+
     def _admit(self, w: _Worker, submit: ipc.Submit) -> _Worker:
         """A segment that opens a request or a turn, at its arrival: the worker that can start it within
         admission_wait_ms by its last report and what was sent to it since (w first, then the others unless

@@ -12,6 +12,7 @@ import pytest
 from realtime_tts import errors
 from realtime_tts.config import load_config
 from realtime_tts.engine import admission, ipc
+from realtime_tts.engine.base import SegmentRequest
 from realtime_tts.engine.client import OmniVoiceEngine, _Worker, estimate_tokens, predicted_start
 
 BUDGET = 1000
@@ -108,3 +109,16 @@ def test_the_engine_refuses_on_arrival_or_sends_to_a_worker_with_room() -> None:
     engine._send(full, submit())
     engine._send(full, submit(priority=2))
     assert full.num_sent == 2 and [t for _, t in full.unseen_first] == [100]
+
+
+def test_service_open_check_refuses_a_first_segment_before_any_work_is_queued() -> None:
+    engine = OmniVoiceEngine(load_config({"model": "/nonexistent", "admission_wait_ms": 200}, env={}))
+    first, later = SegmentRequest("a-0", "x" * 50, priority=0), SegmentRequest("a-1", "x" * 50, priority=2)
+    engine.check(first)  # no worker up yet: left for synthesize to report
+    w = _Worker(0, "cpu", status="ok")
+    engine._workers = [w]
+    engine.check(first)  # a cold worker refuses nothing
+    w.take_stats(report(time.monotonic(), running=[(BUDGET, 32)], waiting=20 * BUDGET))
+    with pytest.raises(errors.Overloaded):
+        engine.check(first)
+    engine.check(later)  # a response already playing is never refused

@@ -1,8 +1,16 @@
 """The wire bytes of fixed-seed requests on the CPU voice stay identical (issue 12: the service split is a move,
 not a change). A real server, real websockets; every frame in arrival order is compared with the golden file
 tests/wire_identity.golden.json: binary frames by length and sha256, JSON frames in full except the fields
-that measure time or memory (masked). The golden was written at e224f40, before service.py became a package:
-  PYTHONPATH=$PWD .venv/bin/python tests/test_wire_identity.py --write
+that measure time or memory (masked). The golden was written at e224f40, before service.py became a package.
+
+The CPU voice's audio depends on the machine's float arithmetic (onnxruntime picks kernels by instruction set:
+on session 8's AVX2 machine the same seed gave other samples and a 600-sample shorter first segment), so the
+golden holds one recording per arithmetic, each a full wire, told apart by the sha256 of the first audio frame
+of the "stream" case. A run must equal, frame for frame, the recording whose first frame it shares; a first
+frame no recording has fails (a code change that alters the audio is caught either way). A recording for a new
+machine is added from a tree known to match an existing one (session 8: c9a13cc, which passed the e224f40
+recording in CI):
+  PYTHONPATH=$PWD .venv/bin/python tests/test_wire_identity.py --add "what and where"
 
 The three requests are deterministic whatever the timing: whole text on /v1/stream; on /v1/stream/text the
 whole text in the init frame then end (its tail has no sentence mark, so nothing is speculated and the units
@@ -87,8 +95,13 @@ def record(server: Server) -> dict[str, Any]:
     return out
 
 
+def first_audio(cases: dict[str, Any]) -> str:
+    """The sha256 of the first audio frame of the "stream" case: which machine arithmetic a recording is of."""
+    return str(next(f["sha256"] for f in cases["stream"]["frames"] if "bytes" in f))
+
+
 def test_wire_bytes_match_the_golden(server: Server) -> None:
-    golden = json.loads(GOLDEN.read_text())
+    recordings = json.loads(GOLDEN.read_text())["recordings"]
     got = record(server)
     # the speculative path really ran
     assert got["stream_text_speculative"]["speculation_hits"] == 1
@@ -96,17 +109,34 @@ def test_wire_bytes_match_the_golden(server: Server) -> None:
     for name in CASES:
         assert got[name]["close_code"] == 1000
         assert any("bytes" in f for f in got[name]["frames"]), name
-        assert got[name] == golden[name], f"{name}: wire differs from {GOLDEN.name}"
+    same = [r for r in recordings if first_audio(r["cases"]) == first_audio(got)]
+    assert same, (f"the first audio frame ({first_audio(got)[:16]}...) matches none of the {len(recordings)} "
+                  f"recordings in {GOLDEN.name}: the audio changed, or this machine computes the CPU voice "
+                  "differently (see the module docstring)")
+    golden = same[0]["cases"]
+    for name in CASES:
+        assert got[name] == golden[name], f"{name}: wire differs from {GOLDEN.name} ({same[0]['note']})"
 
 
-if __name__ == "__main__":  # write the golden: python tests/test_wire_identity.py --write
-    assert sys.argv[1:] == ["--write"], __doc__
+def test_the_golden_recordings_differ_in_their_first_audio_frame() -> None:
+    """One recording per arithmetic: two with the same first frame would make the lookup ambiguous."""
+    keys = [first_audio(r["cases"]) for r in json.loads(GOLDEN.read_text())["recordings"]]
+    assert len(keys) == len(set(keys)) >= 1
+
+
+if __name__ == "__main__":  # add a recording: python tests/test_wire_identity.py --add "what and where"
+    assert len(sys.argv) == 3 and sys.argv[1] == "--add", __doc__
     import tempfile
 
     from live_server import start_server, stop_server
 
     srv = start_server(Path(tempfile.mkdtemp()))
     try:
-        GOLDEN.write_text(json.dumps(record(srv), indent=1) + "\n")
+        data = json.loads(GOLDEN.read_text())
+        cases = record(srv)
+        if any(first_audio(r["cases"]) == first_audio(cases) for r in data["recordings"]):
+            raise SystemExit("this machine's arithmetic already has a recording")
+        data["recordings"].append({"note": sys.argv[2], "cases": cases})
+        GOLDEN.write_text(json.dumps(data, indent=1) + "\n")
     finally:
         stop_server(srv)

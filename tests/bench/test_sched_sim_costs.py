@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+# appended, not prepended: bench/plugins.py (the plugins benchmark) must not shadow tests/plugins, the package
+# tests/test_plugins.py imports (prepended, it broke that module's collection in the whole-suite run)
+sys.path.append(str(REPO / "bench"))
 
 from omnivoice_costs import (  # bench/ is put on the path above
     CostFileError,

@@ -93,13 +93,15 @@ def test_a_file_that_is_not_json_or_not_there_says_so(tmp_path: Path) -> None:
 
 def test_a_cost_file_is_made_from_a_serving_run_and_steploop_rows() -> None:
     serve = json.loads((RESULTS / "omnivoice_serve_h200.json").read_text())
+    # first without the run's start-up step times (the session-8 run saved them; session 7's did not)
+    serve["step_points_ms"] = None
     rows = [json.loads(line) for line in (RESULTS / "omnivoice_steploop_h200.jsonl").read_text().splitlines()]
     doc = make_costs(serve, rows, "test")
     model = parse_costs(doc)
     segments = sum(r["server"]["segments"] for r in serve["agents"] + serve["loads"])
     codec_s = sum(r["server"]["codec_s"] for r in serve["agents"] + serve["loads"])
     assert model.codec.item_ms == pytest.approx(1000 * codec_s / segments, abs=1e-3)
-    # the serving run saved no start-up step times: the staircase is the base one rescaled to the step loop's
+    # no start-up step times: the staircase is the base one rescaled to the step loop's
     # GPU time per step, which at 64 items (6895 tokens, bucket 7168) measured 13.94 ms
     assert model.step.ms(7168) == pytest.approx(13.94, abs=0.02)
     # with the worker's start-up points in the run, those are the staircase

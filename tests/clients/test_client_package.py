@@ -129,9 +129,17 @@ def test_voices_and_health(server: Server) -> None:
 
 
 def _say(server: Server, *args: str, stdin: int | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "realtime_tts.cli", "say", "--server", f"127.0.0.1:{server.port}",
-                             *args], cwd=REPO, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    # The child gets SIGINT as a terminal's Ctrl-C does. A suite started in the background by a non-interactive
+    # shell (`.ci/run &`) inherits SIGINT ignored, an ignored signal stays ignored across exec, and Python then
+    # installs no handler: `say` never saw the barge-in (a backgrounded fresh-clone CI run: exit 0 once stdin
+    # closed, not 130). A caught signal is reset to the default at exec, so catch it around the spawn.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "realtime_tts.cli", "say", "--server",
+                                 f"127.0.0.1:{server.port}", *args], cwd=REPO, stdin=stdin, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _wav(path: Path) -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,32 @@ class CodecGraphStats:
     @property
     def items(self) -> int:
         return self.hits + self.misses
+
+
+def _capture_graph(pool: Any, dev: torch.device, run: Callable[[], torch.Tensor]
+                   ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """run() once on a side stream (cuDNN algorithm choice, Triton compiles, allocator), then captured into a graph
+    in `pool` with thread-local capture checks (the step loop keeps launching meanwhile) → (graph, its static
+    output). Raises RuntimeError when something in run() cannot be captured."""
+    side = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        out = run()
+    return graph, out
+
+
+def _keep(graphs: OrderedDict[Any, Any], key: Any, entry: Any, max_graphs: int, stats: CodecGraphStats,
+          t0: float) -> None:
+    """A captured graph into the LRU (the least recently used dropped past max_graphs), counted in stats."""
+    graphs[key] = entry
+    if len(graphs) > max_graphs:
+        graphs.popitem(last=False)
+    stats.captured += 1
+    stats.capture_s += time.perf_counter() - t0
 
 
 @dataclass
@@ -82,24 +108,13 @@ class CodecGraphs:
         lengths = torch.full((rows,), frames, dtype=torch.long, device=dev)
         model = self.codec.model
         try:
-            side = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                decode_padded(model, codes, lengths)  # warm up: cuDNN algorithm choice, Triton compiles, allocator
-            torch.cuda.current_stream(dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                audio = decode_padded(model, codes, lengths)
+            graph, audio = _capture_graph(self._pool, dev, lambda: decode_padded(model, codes, lengths))
         except RuntimeError as exc:  # something in the decoder cannot be captured: this key stays eager
             log.warning("codec graph for %d x %d frames not captured (%s); decoding it eagerly", rows, frames, exc)
             self.stats.failed.add(key)
             return None
         entry = _BatchGraph(graph, codes, lengths, audio)
-        self.graphs[key] = entry
-        if len(self.graphs) > self.max_graphs:
-            self.graphs.popitem(last=False)
-        self.stats.captured += 1
-        self.stats.capture_s += time.perf_counter() - t0
+        _keep(self.graphs, key, entry, self.max_graphs, self.stats, t0)
         return entry
 
     def graph_for(self, rows: int, frames: int) -> _BatchGraph | None:
@@ -206,24 +221,13 @@ class PerLengthCodecGraphs:
         dev = self.codec.device
         codes = torch.zeros(1, self.codec.num_codebooks, length, dtype=torch.long, device=dev)
         try:
-            side = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                self._forward(codes)  # warm up: cuDNN algorithm choice, allocator
-            torch.cuda.current_stream(dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                audio = self._forward(codes)
+            graph, audio = _capture_graph(self._pool, dev, lambda: self._forward(codes))
         except RuntimeError as exc:  # something in the decoder cannot be captured: this length stays eager
             log.warning("codec graph for %d frames not captured (%s); decoding it eagerly", length, exc)
             self.stats.failed.add(length)
             return None
         entry = _Graph(graph, codes, audio)
-        self.graphs[length] = entry
-        if len(self.graphs) > self.max_graphs:
-            self.graphs.popitem(last=False)
-        self.stats.captured += 1
-        self.stats.capture_s += time.perf_counter() - t0
+        _keep(self.graphs, length, entry, self.max_graphs, self.stats, t0)
         return entry
 
     def graph_for(self, length: int) -> _Graph | None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 from live_server import metric, start_server, stop_server
@@ -105,26 +106,20 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
         assert r.status_code == 200, r.text
     assert metric(small_server.http, "full_step_seconds") > 0
 
-    async def one(i: int, delay_s: float) -> tuple[int, float, dict[str, Any] | None, str | None]:
-        # each request a connection of its own, sent and read with asyncio streams: an httpx pool's own
+    async def one(client: aiohttp.ClientSession, i: int,
+                  delay_s: float) -> tuple[int, float, dict[str, Any] | None, str | None]:
+        # each request a connection of its own through aiohttp (as bench/load.py): an httpx pool's own
         # bookkeeping added up to ~400 ms per request here under a flood, more than the server took
         await asyncio.sleep(delay_s)
-        data = json.dumps(body(100 + i)).encode()
         t0 = time.perf_counter()
-        reader, writer = await asyncio.open_connection("127.0.0.1", small_server.port)
-        writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(data) + data)
-        raw = await reader.read()  # to EOF
+        async with client.post(url, json=body(100 + i)) as r:
+            payload = await r.read()
+            status, retry = r.status, r.headers.get("retry-after")
         took = time.perf_counter() - t0
-        writer.close()
-        head, _, payload = raw.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
         error = json.loads(payload)["error"] if status != 200 else None
         if status == 503:
             refusing.set()
-        return status, took, error, headers.get("retry-after")
+        return status, took, error, retry
 
     def session_probe() -> list[dict[str, Any]]:
         """A session-mode context opened while the flood is being refused: its messages."""
@@ -135,7 +130,9 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
         return c.contexts["s1"].messages
 
     async def flood(num: int, rate: float) -> list[tuple[int, float, dict[str, Any] | None, str | None]]:
-        return await asyncio.gather(*(one(i, i / rate) for i in range(num)))
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as client:
+            return await asyncio.gather(*(one(client, i, i / rate) for i in range(num)))
 
     async def flood_and_probe() -> tuple[list[tuple[int, float, dict[str, Any] | None, str | None]],
                                          list[dict[str, Any]]]:

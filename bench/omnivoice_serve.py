@@ -83,6 +83,9 @@ def main() -> None:
     p.add_argument("--profile-web", action="store_true",
                    help="profile the server's event loop (serve --profile-web) into OUT/<name>.web_profile.txt and "
                         "put its top 30 functions in the report (cProfile slows the loop: a separate run)")
+    p.add_argument("--profile-worker", action="store_true",
+                   help="the workers sample their threads' stacks over the server's life (serve --profile-worker) "
+                        "into OUT/<name>.worker<N>.txt, written when the server stops")
     args = p.parse_args()
     profile = Path(args.out_dir).resolve() / f"{args.name}.web_profile.txt" \
         if args.profile_web and args.url is None else None
@@ -117,7 +120,9 @@ def main() -> None:
         raise_fd_limit()  # thousands of connections in flight, here and in the server (it inherits the limit)
         server_log = open(log_path, "wb")  # noqa: SIM115 — the server writes it until the end of the run
         proc = local_server.start_server(port, ["--host", "127.0.0.1", "--model", ckpt, *args.server_args.split(),
-                                                *(["--profile-web", str(profile)] if profile is not None else [])],
+                                                *(["--profile-web", str(profile)] if profile is not None else []),
+                                                *(["--profile-worker", str(out_dir.resolve() / args.name)]
+                                                  if args.profile_worker else [])],
                                          output=server_log)
         url = f"http://127.0.0.1:{port}"
         web_pid = proc.pid

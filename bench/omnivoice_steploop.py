@@ -48,52 +48,6 @@ SENTENCES = (
 )
 
 
-class StackSampler:
-    """Where one thread's wall time goes: samples its Python stack every `period_s` from another thread
-    (sys._current_frames) and counts the innermost frame ("self": that line was running, or blocked in the C
-    call it makes) and every function on the stack ("total"). Unlike cProfile (interpreter-wide since 3.12) it
-    sees only that thread, and it counts time spent waiting for the GIL or in blocking C calls where it is."""
-
-    def __init__(self, thread_id: int, period_s: float = 0.0005) -> None:
-        self.thread_id, self.period_s = thread_id, period_s
-        self.self_counts: dict[str, int] = {}
-        self.total_counts: dict[str, int] = {}
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> str:
-        self._stop.set()
-        self._thread.join()
-        lines = [f"{self.samples} samples of the loop thread every {1000 * self.period_s:g} ms", "", ("self (innermost "
-                 "frame: running, or blocked in the C call it makes):")]
-        for key, c in sorted(self.self_counts.items(), key=lambda kv: -kv[1])[:25]:
-            lines.append(f"  {100 * c / max(1, self.samples):5.1f}%  {key}")
-        lines += ["", "total (on the stack):"]
-        for key, c in sorted(self.total_counts.items(), key=lambda kv: -kv[1])[:25]:
-            lines.append(f"  {100 * c / max(1, self.samples):5.1f}%  {key}")
-        return "\n".join(lines)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            frame = sys._current_frames().get(self.thread_id)
-            if frame is None:
-                continue
-            self.samples += 1
-            leaf = f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
-            self.self_counts[leaf] = self.self_counts.get(leaf, 0) + 1
-            seen = set()
-            while frame is not None:
-                key = f"{frame.f_code.co_filename.rsplit('/', 2)[-1]} {frame.f_code.co_name}"
-                if key not in seen:
-                    seen.add(key)
-                    self.total_counts[key] = self.total_counts.get(key, 0) + 1
-                frame = frame.f_back
-
-
 class ReplayTimer:
     """Timing events around every CUDAGraph.replay made by one thread (the loop's)."""
 
@@ -188,7 +142,9 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
         time.sleep(0.01)
     timer.on = True
     timer.take()
-    sampler = StackSampler(thread.ident) if sample and thread.ident is not None else None
+    from realtime_tts.thread_sampler import StackSampler
+
+    sampler = StackSampler(thread_id=thread.ident) if sample and thread.ident is not None else None
     if sampler is not None:
         sampler.start()
     decoder = loop._decoder.ident

@@ -284,9 +284,19 @@ class ModelBackend:
         return ipc.Prompt(vp.ref_text, vp.codes, vp.num_codebooks, vp.num_frames, vp.ref_rms)
 
     def codes(self, state: Any) -> tuple[bytes, int]:
-        if state.ready is not None:
-            state.ready.synchronize()  # the grid is copied out of its device slot on the step stream
-        grid = state.tokens.cpu().numpy().astype("<i2")  # [8, frames]
+        stream = self._decode_stream
+        if stream is None or state.ready is None:
+            if state.ready is not None:
+                state.ready.synchronize()
+            grid = state.tokens.cpu().numpy().astype("<i2")  # [8, frames]
+        else:
+            import torch
+
+            # On the decode stream, behind the step that copied the grid out of its slot (state.ready) and nothing
+            # else: a copy on the default stream (the steps') would also wait for the steps queued after it.
+            with torch.cuda.stream(stream):
+                stream.wait_event(state.ready)
+                grid = state.tokens.cpu().numpy().astype("<i2")
         return grid.tobytes(), int(grid.shape[0])
 
     def counters(self) -> tuple[int, int]:

@@ -460,12 +460,11 @@ class StepRunner:
         return BucketKey(num_tokens, num_b, min(frames, self.table.max_frames))
 
     def _slot_ids(self, states: list[ItemState], width: int) -> torch.Tensor:
-        """The slots of states padded with the empty slot to `width`: a host tensor, pinned on CUDA so that
-        copying it to the device does not wait for the GPU."""
+        """The slots of states padded with the empty slot to `width`: a host tensor, staged in pinned memory on
+        CUDA so that copying it to the device (on this stream) does not wait for the GPU."""
         ids = [s.slot if s.slot is not None else self.table.empty for s in states]
         ids += [self.table.empty] * (width - len(states))
-        host = torch.tensor(ids, dtype=torch.long)
-        return host.pin_memory() if self.model.device.type == "cuda" else host
+        return self.table.stage(torch.tensor(ids, dtype=torch.long))
 
     @torch.inference_mode()
     def step(self, states: list[ItemState]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from realtime_tts.gpu_worker.host_copy import to_device, to_host
 from realtime_tts.model.codec import Codec
 from realtime_tts.model.codec_batch import HOP, decode_padded, pad_grids, plan_chunks
 
@@ -174,8 +175,8 @@ class CodecGraphs:
             else:
                 for j, grid in enumerate(items):  # frames past a length keep earlier valid ids: masked anyway
                     entry.codes[j, :, :grid.shape[-1]].copy_(grid, non_blocking=True)
-                entry.lengths.copy_(torch.tensor([lengths[i] for i in chunk.items]
-                                                 + [0] * (chunk.rows - len(items)), dtype=torch.long))
+                to_device(torch.tensor([lengths[i] for i in chunk.items] + [0] * (chunk.rows - len(items)),
+                                       dtype=torch.long), entry.lengths)
                 entry.graph.replay()
                 wave = entry.audio
                 self.stats.hits += len(items)
@@ -186,7 +187,7 @@ class CodecGraphs:
             for i, p in zip(chunk.items, parts, strict=True):
                 spans[i] = (start, start + p.numel())
                 start += p.numel()
-        host = flat.cpu().numpy()
+        host = to_host(flat).numpy()
         return [host[a:b] for a, b in spans]
 
 

@@ -284,11 +284,13 @@ class ModelBackend:
         return ipc.Prompt(vp.ref_text, vp.codes, vp.num_codebooks, vp.num_frames, vp.ref_rms)
 
     def codes(self, state: Any) -> tuple[bytes, int]:
+        from realtime_tts.gpu_worker.host_copy import to_host
+
         stream = self._decode_stream
         if stream is None or state.ready is None:
             if state.ready is not None:
                 state.ready.synchronize()
-            grid = state.tokens.cpu().numpy().astype("<i2")  # [8, frames]
+            grid = to_host(state.tokens).numpy().astype("<i2")  # [8, frames]
         else:
             import torch
 
@@ -296,7 +298,7 @@ class ModelBackend:
             # else: a copy on the default stream (the steps') would also wait for the steps queued after it.
             with torch.cuda.stream(stream):
                 stream.wait_event(state.ready)
-                grid = state.tokens.cpu().numpy().astype("<i2")
+                grid = to_host(state.tokens).numpy().astype("<i2")
         return grid.tobytes(), int(grid.shape[0])
 
     def counters(self) -> tuple[int, int]:

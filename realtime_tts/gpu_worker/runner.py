@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from realtime_tts.gpu_worker.host_copy import to_host
 from realtime_tts.gpu_worker.slots import FRAME_QUANTUM, Layout, SlotTable
 from realtime_tts.model import decoding
 from realtime_tts.model.decoding import ItemState, PackedBatch
@@ -571,7 +572,7 @@ class StepRunner:
         # A grid with a code the codec has no entry for (a mask left unrevealed: an engine bug) would trip a
         # device-side assert in the codec's lookup and take the whole worker down; fail just these segments.
         # One reduction over all grids (the decode waits for them anyway).
-        masked = int((torch.cat([c.reshape(-1) for c in codes]) >= self.model.mask_id).sum())  # codes < mask_id
+        masked = int(to_host((torch.cat([c.reshape(-1) for c in codes]) >= self.model.mask_id).sum()))
         if masked:
             raise RuntimeError(f"finished grids hold the mask id at {masked} positions (unrevealed)")
         codec = self.codec_graphs if self.codec_graphs is not None else self.model.codec

@@ -43,7 +43,8 @@ class PinnedRing:
     def __init__(self, nbytes: int = 4 << 20) -> None:
         self._buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
         self._half = nbytes // 2
-        self._pos = 0
+        self._current = 0  # the half being written
+        self._pos = 0  # the next free byte (within the current half)
         self._events: list[torch.cuda.Event | None] = [None, None]
 
     def stage(self, src: torch.Tensor) -> torch.Tensor:
@@ -51,16 +52,15 @@ class PinnedRing:
         n = src.numel() * src.element_size()
         if n > self._half:
             return src.pin_memory()  # larger than a half (a prefix near MAX_PREFIX with many codebooks): rare
-        half = self._pos // self._half
-        if self._pos + n > (half + 1) * self._half:  # the rest of this half is too short: the other half
+        if self._pos + n > (self._current + 1) * self._half:  # the rest of this half is too short: the other one
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record()
-            self._events[half] = event
-            half = 1 - half
-            waiting = self._events[half]
+            self._events[self._current] = event
+            self._current = 1 - self._current
+            waiting = self._events[self._current]
             if waiting is not None:
                 waiting.synchronize()
-            self._pos = half * self._half
+            self._pos = self._current * self._half
         view = self._buf[self._pos:self._pos + n].view(src.dtype).view(src.shape)
         view.copy_(src)
         self._pos += -(-n // self._ALIGN) * self._ALIGN

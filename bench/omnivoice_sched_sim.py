@@ -161,11 +161,14 @@ class Knobs:
     # config omnivoice.voice_continuity (on since 2e6dbb4, after issue 16's H200 run): a turn's later segments
     # are prompted with its first segment's codes (more tokens) and start once those exist
     continuity: bool = False
+    # the worker hands the scheduler its token buckets (class policy: a budget is raised to its bucket's top,
+    # free tokens; since session 9); False: the scheduler as before
+    bucket_fill: bool = True
 
     def scheduler(self, clock: list[float], cost: Cost) -> Scheduler:
-        kw: dict[str, Any] = {}
+        kw: dict[str, Any] = {"token_buckets": TOKEN_BUCKETS} if self.bucket_fill else {}
         if self.policy == "deadline":
-            kw = {"step_model": step_model(cost), "first_deadline_s": self.first_deadline_s}
+            kw |= {"step_model": step_model(cost), "first_deadline_s": self.first_deadline_s}
         # max_batch_items 128: the runner's largest batch bucket (the worker passes it)
         return Scheduler(max_batch_tokens=self.max_batch_tokens, max_batch_items=128,
                          latency_batch_tokens=self.latency_batch_tokens or None,

@@ -50,6 +50,7 @@ class Backend(Protocol):
     sample_rate: int
     max_batch_items: int  # the largest batch a step runs well (CUDA: the largest captured graph width)
     max_batch_tokens: int  # the largest step it runs well (CUDA: the largest token bucket)
+    token_buckets: tuple[int, ...]  # a step costs the smallest of these holding its tokens (() = no buckets)
     step_points: list[tuple[int, float]] | None  # measured (tokens, seconds) of one step per size, or None
 
     def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
@@ -135,8 +136,9 @@ class ModelBackend:
         if self.runner.use_graphs:
             self.max_batch_items = max(self.runner.batch_buckets)
             self.max_batch_tokens = max(self.runner.token_buckets)
+            self.token_buckets: tuple[int, ...] = tuple(self.runner.token_buckets)
         else:
-            self.max_batch_items, self.max_batch_tokens = 256, 1 << 30
+            self.max_batch_items, self.max_batch_tokens, self.token_buckets = 256, 1 << 30, ()
         self._rng = random.Random()
         self._prompts: collections.OrderedDict[str, Any] = collections.OrderedDict()  # key → ClonePrompt
         self.step_points: list[tuple[int, float]] | None = None
@@ -440,7 +442,7 @@ class WorkerLoop:
         self.scheduler = Scheduler(max_batch_tokens=budget, max_batch_items=backend.max_batch_items,
                                    latency_batch_tokens=min(options.latency_batch_tokens, budget) or None,
                                    admit_interval_s=options.admit_interval_s, max_active=options.max_active,
-                                   step_model=step_model)
+                                   step_model=step_model, token_buckets=backend.token_buckets)
         # Admission control: a new request's first segment that the measured step times say cannot start within
         # admission_wait_s is refused at once (Overloaded + retry-after) instead of queueing without bound.
         self.step_clock = StepClock()

@@ -135,7 +135,8 @@ class Scheduler:
 
     - class policy (step_model None): by (priority class, deadline, arrival), packed greedily into
       max_batch_tokens, or, while a first segment or an urgent stream segment is live, into
-      max(latency_batch_tokens, tokens of all urgent items) capped at max_batch_tokens.
+      max(latency_batch_tokens, tokens of all urgent items) capped at max_batch_tokens; either raised to the
+      top of its token bucket (token_buckets), which costs the step nothing more.
     - deadline policy (step_model given): every item has a deadline (its own, or arrival + the target of its
       class) by which its last step must end. τ, the longest step every item allows, is the least
       (deadline − now) / remaining steps (a late item allows only a step of its own size). Urgent items,
@@ -181,6 +182,10 @@ class Scheduler:
     # omnivoice_sched_sim.py: no better with deadlines that tell when audio is needed, worse with the
     # service's early ones, which it reads as overload; off).
     demand_budget: bool = False
+    # The runner's token buckets, ascending (a step costs the smallest one holding its tokens; () = unknown).
+    # Class policy: a budget that falls inside a bucket is raised to the bucket's top (at most max_batch_tokens):
+    # those tokens cost no more time, so later work rides along for free.
+    token_buckets: tuple[int, ...] = ()
     clock: Callable[[], float] = time.monotonic
     _items: dict[str, _Item] = field(default_factory=dict, init=False)
     _cancelled: list[str] = field(default_factory=list, init=False)
@@ -205,6 +210,8 @@ class Scheduler:
         for name in ("first_deadline_s", "stream_deadline_s", "bulk_deadline_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if any(b1 <= b0 for b0, b1 in pairwise(self.token_buckets)) or any(b < 1 for b in self.token_buckets):
+            raise ValueError(f"token_buckets must be positive and ascending, got {self.token_buckets}")
         if not self.urgency > 0:
             raise ValueError(f"urgency must be > 0, got {self.urgency}")
         if self.deadline_margin_s < 0:
@@ -369,7 +376,8 @@ class Scheduler:
                 # all, up to max_batch_tokens. A fixed small budget capped throughput under load and let the
                 # queue, and with it every first audio, grow without bound (H200 load run: 50 of 100 req/s).
                 budget = min(budget, max(self.latency_batch_tokens, urgent_tokens))
-        return budget
+        top = next((b for b in self.token_buckets if b >= budget), budget)
+        return min(self.max_batch_tokens, top)
 
     def _urgent(self, item: _Item, now: float) -> bool:
         if item.priority == 0:

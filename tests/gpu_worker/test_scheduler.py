@@ -194,6 +194,29 @@ def test_latency_budget_never_leaves_waiting_first_segments_out() -> None:
     assert plan.budget == 50 and len(plan.batch) == 5
 
 
+def test_latency_budget_is_raised_to_the_top_of_its_token_bucket() -> None:
+    # The runner's steps cost their token bucket: a 35-token budget runs in the 40-token bucket anyway, so the
+    # class policy fills those 5 tokens with later work (and never past max_batch_tokens).
+    clock = Clock()
+    s = Scheduler(max_batch_tokens=60, latency_batch_tokens=30, token_buckets=(20, 40, 80), clock=clock)
+    s.add("first", num_tokens=35, num_steps=3, priority=PRIORITY_FIRST)
+    for i in range(3):
+        s.add(f"bulk{i}", num_tokens=5, num_steps=3)
+    plan, _ = run_step(s, clock)
+    assert plan.budget == 40 and plan.batch == ("first", "bulk0") and plan.num_tokens == 40
+    s.cancel("first")
+    plan, _ = run_step(s, clock)
+    assert plan.budget == 60  # the full budget (inside the 80 bucket: capped at max_batch_tokens)
+    # without buckets, as before: the budget is the urgent work's
+    s2 = Scheduler(max_batch_tokens=60, latency_batch_tokens=30, clock=clock)
+    s2.add("first", num_tokens=35, num_steps=3, priority=PRIORITY_FIRST)
+    s2.add("bulk", num_tokens=5, num_steps=3)
+    plan, _ = run_step(s2, clock)
+    assert plan.budget == 35 and plan.batch == ("first",)
+    with pytest.raises(ValueError, match="token_buckets"):
+        Scheduler(max_batch_tokens=60, token_buckets=(40, 20))
+
+
 def test_new_items_join_together_at_most_once_per_admit_interval() -> None:
     clock = Clock()
     s = Scheduler(max_batch_tokens=1000, admit_interval_s=0.05, clock=clock)

@@ -88,6 +88,9 @@ class OmniVoiceConfig:
                                  "segment gets a deadline; steps sized by a step-time model measured at "
                                  "start-up).", default="class")
     voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
+    profile_worker: str = _doc("For measurements: each GPU worker samples where its step-loop, decode and "
+                               "pipe-reader threads' wall time goes (stack samples every 2 ms) and writes it to "
+                               "PATH.worker<N>.txt when it exits; empty = off.", default="")
     voice_continuity: bool = _doc("One voice per conversation: in auto/design mode the first segment of a socket or "
                                   "session becomes the voice prompt of every later segment (off: each segment "
                                   "samples its own voice; the baseline of bench/omnivoice_continuity.py).",

@@ -18,9 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-# The environment variable through which `serve --profile-worker PATH` reaches the worker processes it spawns.
-PROFILE_WORKER_ENV = "REALTIME_TTS_PROFILE_WORKER"
-
 
 @dataclass
 class _Counts:

@@ -7,7 +7,6 @@ Either way the process writes a pid file (--pid-file, default lifecycle.default_
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -16,7 +15,6 @@ from pathlib import Path
 from realtime_tts import config as config_mod
 from realtime_tts.cli import options
 from realtime_tts.loop_profile import LoopProfile
-from realtime_tts.thread_sampler import PROFILE_WORKER_ENV
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -35,9 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--profile-web-clock", choices=("cpu", "wall"), default="cpu",
                    help="--profile-web times the loop thread's CPU (cpu) or wall time inside calls, GIL waits "
                         "included (wall)")
-    p.add_argument("--profile-worker", type=Path, default=None, metavar="PATH",
-                   help="each GPU worker samples its step-loop, decode and pipe-reader threads' stacks and writes "
-                        "where their wall time went to PATH.worker<N>.txt when it exits; for measurements")
     options.add_config_flags(p)
     p.set_defaults(run=run)
 
@@ -49,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
     if args.daemon:
         return daemonize(args, cfg)
     profile = LoopProfile(args.profile_web, clock=args.profile_web_clock) if args.profile_web else None
-    if args.profile_worker:  # the worker processes inherit the environment
-        os.environ[PROFILE_WORKER_ENV] = str(args.profile_worker.resolve())
     return serve(cfg, args.pid_file, profile)
 
 

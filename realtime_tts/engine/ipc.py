@@ -47,6 +47,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     precision: str = "fp32"  # StepRunner(precision=...): fp32 | reference
     swiglu_gemm_min_tokens: int = 0  # StepRunner(swiglu_gemm_min_tokens=...); 0 = never
     stats_interval_s: float = 0.25
+    profile_path: str = ""  # config omnivoice.profile_worker: thread stack samples to PATH.worker<N>.txt at exit
 
 
 # --- web process → worker -------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from realtime_tts.engine.base import VoicePrompt
 from realtime_tts.gpu_worker.admission import Admission, StepClock
 from realtime_tts.gpu_worker.prompts import Generated, Gone, PromptBook
 from realtime_tts.gpu_worker.scheduler import Scheduler, StepPlan, StepTimeModel
-from realtime_tts.thread_sampler import PROFILE_WORKER_ENV, StackSampler
+from realtime_tts.thread_sampler import StackSampler
 
 log = logging.getLogger("realtime_tts.worker")
 # What the step loop takes: messages from the web process, and the loop's own notes from the decode thread.
@@ -745,25 +745,23 @@ def main(options: ipc.WorkerOptions, conn_in: Connection, conn_out: Connection) 
     inbox: Inbox = queue.Queue()
     threading.Thread(target=_read_loop, args=(conn_in, inbox), daemon=True, name="ipc-reader").start()
     send(ipc.Ready(options.worker_id, backend.device, backend.sample_rate, backend.model_name, os.getpid()))
-    sampler = _thread_sampler()
+    sampler = _thread_sampler() if options.profile_path else None
     try:
         WorkerLoop(options, backend, inbox, send).run()
     except (BrokenPipeError, EOFError):
         pass  # the web process went away
     finally:
         if sampler is not None:
-            path = f"{os.environ[PROFILE_WORKER_ENV]}.worker{options.worker_id}.txt"
+            path = f"{options.profile_path}.worker{options.worker_id}.txt"
             with open(path, "w") as f:
                 f.write(sampler.stop() + "\n")
             log.info("worker %d: thread stack samples in %s", options.worker_id, path)
     log.info("worker %d exiting", options.worker_id)
 
 
-def _thread_sampler() -> StackSampler | None:
+def _thread_sampler() -> StackSampler:
     """`serve --profile-worker PATH`: sample this process's step loop, decode and pipe-reader threads every 2 ms
     (each sample holds the GIL for tens of microseconds: a few percent of the threads' time)."""
-    if not os.environ.get(PROFILE_WORKER_ENV):
-        return None
     sampler = StackSampler(want=lambda name: name in ("MainThread", "decode", "ipc-reader"), period_s=0.002)
     sampler.start()
     return sampler

@@ -31,12 +31,13 @@ _FLOAT_META = 4  # fmeta columns: guidance, layer_penalty, position_temperature,
 class PinnedRing:
     """Pinned host memory that stages the loop's small host → device copies, reused round-robin in two halves.
 
-    Tensor.pin_memory() per copy cost the H200 worker's step loop 18% of its wall time under 150 HTTP requests/s
-    (session 9 stack samples: six calls per joining segment plus one per batch change, each through the caching
-    host allocator): here a copy is a memcpy into the ring and an asynchronous copy out of it. A half is
-    written again only after the copies staged in it have run: switching halves records an event on the current
-    stream, and coming back to a half waits for its event (at serving rates a half lasts ~0.5 s, so the wait is
-    for work long done). Copies must be enqueued on one stream (the step loop's) for that event to cover them."""
+    A copy is a memcpy into the ring and an asynchronous copy out of it, instead of a Tensor.pin_memory()
+    allocation (through the caching host allocator) for each of a joining segment's copies and each batch change.
+    (Session 9's H200 stack samples first put the step loop's lost time there; it was in the copies themselves,
+    stalled by the decode thread's pageable copies: host_copy.py.) A half is written again only after the copies
+    staged in it have run: switching halves records an event on the current stream, and coming back to a half
+    waits for its event (at serving rates a half lasts ~0.5 s, so the wait is for work long done). Copies must be
+    enqueued on one stream (the step loop's) for that event to cover them."""
 
     _ALIGN = 64
 

@@ -204,8 +204,9 @@ def main() -> None:
                   ("| requests | req/s | served | refused | failed | p50 s | p95 s | p99 s | refusal p95 ms | wall s "
                   "| goodput xRT |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r, _ in load_rows:
+            refusal = f"{r['refusal_p95_ms']:.0f}" if r["refused"] else "-"  # nothing refused: no percentile
             lines.append(f"| {r['requests']} | {r['rate_per_s']:g} | {r['served']} | {r['refused']} | {r['failed']} "
-                         f"| {r['p50_s']:.3f} | {r['p95_s']:.3f} | {r['p99_s']:.3f} | {r['refusal_p95_ms']:.0f} "
+                         f"| {r['p50_s']:.3f} | {r['p95_s']:.3f} | {r['p99_s']:.3f} | {refusal} "
                          f"| {r['wall_s']:.1f} | {r['xrt']:.1f} |")
         lines += server_table([(f"load {r['requests']} @ {r['rate_per_s']:g}/s", srv) for r, srv in load_rows])
     if profile is not None:

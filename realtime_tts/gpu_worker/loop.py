@@ -289,10 +289,8 @@ class ModelBackend:
         from realtime_tts.gpu_worker.host_copy import to_host
 
         stream = self._decode_stream
-        if stream is None or state.ready is None:
-            if state.ready is not None:
-                state.ready.synchronize()
-            grid = to_host(state.tokens).numpy().astype("<i2")  # [8, frames]
+        if stream is None or state.ready is None:  # CPU: the grid is on the host already
+            grid = to_host(state.tokens)
         else:
             import torch
 
@@ -300,8 +298,9 @@ class ModelBackend:
             # else: a copy on the default stream (the steps') would also wait for the steps queued after it.
             with torch.cuda.stream(stream):
                 stream.wait_event(state.ready)
-                grid = to_host(state.tokens).numpy().astype("<i2")
-        return grid.tobytes(), int(grid.shape[0])
+                grid = to_host(state.tokens)
+        codes = grid.numpy().astype("<i2")  # [8, frames]
+        return codes.tobytes(), int(codes.shape[0])
 
     def counters(self) -> tuple[int, int]:
         """(CUDA graph hits, misses) so far."""

@@ -6,6 +6,7 @@ the model: it only sees request ids, token counts, step counts, priorities and d
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable
@@ -376,8 +377,8 @@ class Scheduler:
                 # all, up to max_batch_tokens. A fixed small budget capped throughput under load and let the
                 # queue, and with it every first audio, grow without bound (H200 load run: 50 of 100 req/s).
                 budget = min(budget, max(self.latency_batch_tokens, urgent_tokens))
-        top = next((b for b in self.token_buckets if b >= budget), budget)
-        return min(self.max_batch_tokens, top)
+        i = bisect.bisect_left(self.token_buckets, budget)  # the smallest bucket holding the budget
+        return min(self.max_batch_tokens, self.token_buckets[i] if i < len(self.token_buckets) else budget)
 
     def _urgent(self, item: _Item, now: float) -> bool:
         if item.priority == 0:

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
@@ -35,7 +35,7 @@ from realtime_tts.audio_out import RESPONSE_FORMATS
 from realtime_tts.auth import ANONYMOUS, Authenticator, install_log_redaction
 from realtime_tts.config import Config
 from realtime_tts.engine.pool import EnginePool
-from realtime_tts.errors import BadRequest, NotFound, TTSError
+from realtime_tts.errors import BadRequest, Cancelled, NotFound, TTSError
 from realtime_tts.limits import ConnectionLimiter, RateLimiter
 from realtime_tts.metrics import CONTENT_TYPE, Metrics
 from realtime_tts.service import Service
@@ -181,6 +181,11 @@ def create_app(config: Config) -> Starlette:
         assert isinstance(exc, TTSError)
         return error_response(exc, state.metrics)
 
+    async def on_client_gone(request: Request, exc: Exception) -> Response:
+        # The client closed its connection while its request body was being read: it left, nothing failed here.
+        return error_response(Cancelled(f"the client left before its request body to {request.url.path} arrived"),
+                              state.metrics)
+
     async def on_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path, exc_info=exc)
         return error_response(TTSError(f"internal error: {type(exc).__name__}"), state.metrics)
@@ -228,7 +233,8 @@ def create_app(config: Config) -> Starlette:
                        rate=state.rate, public=public, routes=current_routes)
     drain = Drain()  # lifecycle.DrainingServer drives it on SIGTERM
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={TTSError: on_tts_error, HTTPException: on_http_error, Exception: on_error},
+                    exception_handlers={TTSError: on_tts_error, HTTPException: on_http_error,
+                                        ClientDisconnect: on_client_gone, Exception: on_error},
                     middleware=[Middleware(keep_ws_protocol), Middleware(access_log, config), Middleware(drain.gate),
                                 guard])
     app.state.tts = state

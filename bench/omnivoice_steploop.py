@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from realtime_tts.model.sequence import MAX_STEPS
+
 SENTENCES = (
     "Sure, I can help with that.", "Your order shipped this morning.", "It should arrive on Thursday.",
     "Is there anything else you would like to know?", "Good question, let me check.",
@@ -84,8 +86,12 @@ class ReplayTimer:
 
 
 def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds: float, warm_steps: int,
-            timer: ReplayTimer, profile: bool, sample: bool = False) -> dict[str, Any]:
-    """Keep n segments in flight in a fresh WorkerLoop; measure a window of `seconds` after warm_steps."""
+            timer: ReplayTimer, profile: bool, sample: bool = False, joins: float = 0.0) -> dict[str, Any]:
+    """Keep n segments in flight in a fresh WorkerLoop; measure a window of `seconds` after warm_steps.
+
+    joins 0: serving's churn (32-step segments, ~n/32 join and leave per step). joins J > 0: J per step at any n
+    (each segment runs n / J steps; the first n are all submitted at once and run 1/J, 2/J, ... n/J steps, so
+    they leave staggered), which separates host work per item in flight from host work per joining segment."""
     options = ipc.WorkerOptions(worker_id=0, model_dir="", device=backend.device, dtype="bf16",
                                 max_batch_tokens=budget, latency_batch_tokens=0, stats_interval_s=0.25)
     inbox: queue.Queue[Any] = queue.Queue()
@@ -98,7 +104,8 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
             counter[0] += 1
             i = counter[0]
         text = " ".join(rng.sample(SENTENCES, 1))
-        inbox.put(ipc.Submit(f"s{i}", text, duration_s=round(rng.uniform(1.5, 2.5), 2), num_step=32, seed=i,
+        num_step = 32 if not joins else max(1, min(MAX_STEPS, round(min(i, n) / joins)))
+        inbox.put(ipc.Submit(f"s{i}", text, duration_s=round(rng.uniform(1.5, 2.5), 2), num_step=num_step, seed=i,
                              priority=1))
 
     def send(message: Any) -> None:
@@ -127,8 +134,9 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
             done.set()
 
     thread = threading.Thread(target=run, name="loop")
-    # staggered start: n/32 segments per step, as in steady serving
-    per_step = max(1, n // 32)
+    # staggered start: n/32 segments per step, as in steady serving (all at once with `joins`: their step
+    # counts stagger them)
+    per_step = n if joins else max(1, n // 32)
     thread.start()
     submitted = 0
     while submitted < n:
@@ -138,7 +146,7 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
             submitted += 1
         while runner.stats.steps == base:
             time.sleep(0.0005)
-    while runner.stats.steps < warm_steps + 32:
+    while runner.stats.steps < warm_steps + (round(n / joins) if joins else 32):
         time.sleep(0.01)
     timer.on = True
     timer.take()
@@ -152,7 +160,7 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
     cpu0 = [time.clock_gettime(c) for c in clocks]
     steps0, wait0, t0 = runner.stats.steps, runner.stats.wait_s, time.perf_counter()
     act0 = loop._activity
-    items0, tokens0 = act0.items, act0.tokens
+    items0, tokens0, decoded0 = act0.items, act0.tokens, act0.decoded
     time.sleep(seconds)
     steps1, wait1, t1 = runner.stats.steps, runner.stats.wait_s, time.perf_counter()
     cpu1 = [time.clock_gettime(c) for c in clocks]
@@ -165,7 +173,7 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
     thread.join(60)
     steps = max(1, steps1 - steps0)
     same = act0 is act1  # the activity window did not roll over: its item/token sums are this window's
-    row = {"items": n, "steps": steps, "steps_per_s": steps / (t1 - t0),
+    row = {"items": n, "joins_per_step": joins or n / 32, "steps": steps, "steps_per_s": steps / (t1 - t0),
            "items_per_step": (act1.items - items0) / steps if same else float("nan"),
            "tokens_per_step": (act1.tokens - tokens0) / steps if same else float("nan"),
            "wall_ms_per_step": 1000 * (t1 - t0) / steps, "wait_ms_per_step": 1000 * (wait1 - wait0) / steps,
@@ -177,7 +185,8 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
            # per step, not per timed replay: since d8bf309 a batch change also replays the bucket's layout graph
            # (timed too: it is the step loop's device work), so replays outnumber steps
            "gpu_busy_ms_per_step": 1000 * busy / steps, "gpu_gap_ms_per_step": 1000 * gap / steps,
-           "gpu_idle_pct": 100 * gap / max(1e-9, busy + gap), "timed_replays": timed}
+           "gpu_idle_pct": 100 * gap / max(1e-9, busy + gap), "timed_replays": timed,
+           "finished_per_step": (act1.decoded - decoded0) / steps if same else float("nan")}
     if sampled is not None:
         row["profile"] = sampled
     if prof is not None:
@@ -207,8 +216,15 @@ def main() -> None:
                    help="an A/B of the decode thread's share: finished segments are answered with silence of their "
                         "length without running the codec or copying anything off the device (the loop thread's "
                         "work is unchanged); the label gets ' (null decode)'")
+    p.add_argument("--joins-per-step", type=float, default=0.0,
+                   help="J > 0: segments join (and leave) at J per step at every item count (each runs items / J "
+                        f"steps, at most {MAX_STEPS}: items <= {MAX_STEPS} x J), instead of serving's ~items/32; "
+                        "host ms per step then shows what grows with the items in flight alone")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     args = p.parse_args()
+    if args.joins_per_step and max(int(x) for x in args.items.split(",") if x) > MAX_STEPS * args.joins_per_step:
+        p.error(f"--joins-per-step {args.joins_per_step}: items above {MAX_STEPS * args.joins_per_step:g} would need "
+                f"segments of more than {MAX_STEPS} steps")
 
     from realtime_tts.engine import ipc
     from realtime_tts.gpu_worker import loop as loop_mod
@@ -248,7 +264,7 @@ def main() -> None:
     for i, n in enumerate(passes):
         profiled = i >= len(table)
         row = run_one(backend, ipc, loop_mod, n, args.max_batch_tokens, args.seconds, args.warm_steps, timer,
-                      profiled and not args.sample, profiled and args.sample)
+                      profiled and not args.sample, profiled and args.sample, args.joins_per_step)
         row["label"] = args.label
         prof = row.pop("profile", None)
         print(json.dumps(row), flush=True)
@@ -264,11 +280,11 @@ def main() -> None:
              (f"- tree: {os.environ.get('PYTHONPATH', '.')} ({commit or 'no git'}), "
              f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU'}, "
              f"torch {torch.__version__}; thread switch interval {sys.getswitchinterval() * 1000:g} ms"), "",
-             ("| items in flight | steps/s | items / tokens per step | wall ms/step | host ms/step | waits for GPU "
+             ("| items in flight | joins per step | steps/s | items / tokens per step | wall ms/step | host ms/step | waits for GPU "
              "ms/step | loop thread CPU ms/step | decode thread CPU ms/step | GPU busy ms/step | GPU idle gap ms/step "
-             "| GPU idle % |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| GPU idle % |"), "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['items']} | {r['steps_per_s']:.0f} | {r['items_per_step']:.1f} / {r['tokens_per_step']:.0f} "
+        lines.append(f"| {r['items']} | {r['finished_per_step']:.2f} | {r['steps_per_s']:.0f} | {r['items_per_step']:.1f} / {r['tokens_per_step']:.0f} "
                      f"| {r['wall_ms_per_step']:.2f} | {r['host_ms_per_step']:.2f} | {r['wait_ms_per_step']:.2f} "
                      f"| {r['loop_cpu_ms_per_step']:.2f} | {r['decode_cpu_ms_per_step']:.2f} "
                      f"| {r['gpu_busy_ms_per_step']:.2f} | {r['gpu_gap_ms_per_step']:.3f} | {r['gpu_idle_pct']:.1f} |")

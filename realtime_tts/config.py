@@ -76,9 +76,6 @@ class OmniVoiceConfig:
     codec_graph_frames: int = _doc("Segments up to this many frames (25 per second) decode in padded batches "
                                    "through CUDA graphs of the codec captured per batch and frame bucket on "
                                    "first use, instead of eagerly; 0 = off.", default=400)
-    codec_priority: bool = _doc("Codec decodes run on a high-priority CUDA stream: the GPU schedules their kernels "
-                                "ahead of a running diffusion step's waiting blocks, so a finished segment's audio "
-                                "is not held behind the step (false: the steps' priority).", default=True)
     precision: str = _doc("OmniVoice arithmetic on the GPU: reference (bf16 residual stream and audio head, as the "
                           "reference omnivoice package computes at bf16) or fp32 (fp32 residual stream, TF32 head).",
                           default="reference")

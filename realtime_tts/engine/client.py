@@ -358,7 +358,6 @@ class OmniVoiceEngine:
                                     admission_wait_s=self._config.omnivoice.admission_wait_ms / 1000.0,
                                     policy=self._config.omnivoice.scheduler_policy,
                                     codec_graph_frames=self._config.omnivoice.codec_graph_frames,
-                                    codec_priority=self._config.omnivoice.codec_priority,
                                     precision=self._config.omnivoice.precision,
                                     swiglu_gemm_min_tokens=self._config.omnivoice.swiglu_gemm_min_tokens,
                                     profile_path=self._config.omnivoice.profile_worker,

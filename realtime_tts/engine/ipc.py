@@ -43,7 +43,6 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     max_active: int = 1024  # segments started and unfinished at once (each holds a device slot)
     codec_graph_frames: int = 0  # longest segment decoded through a per-length codec CUDA graph; 0 = off
-    codec_priority: bool = True  # decodes on a high-priority CUDA stream (config omnivoice.codec_priority)
     policy: str = "class"  # scheduler policy: class | deadline (needs a measured step-time model)
     precision: str = "fp32"  # StepRunner(precision=...): fp32 | reference
     swiglu_gemm_min_tokens: int = 0  # StepRunner(swiglu_gemm_min_tokens=...); 0 = never

@@ -142,12 +142,8 @@ class ModelBackend:
         self._rng = random.Random()
         self._prompts: collections.OrderedDict[str, Any] = collections.OrderedDict()  # key → ClonePrompt
         self.step_points: list[tuple[int, float]] | None = None
-        # Codec decodes run on their own stream (decode thread), beside the steps instead of between them; at a
-        # higher priority (codec_priority), so the GPU runs a decode's blocks before a step's waiting ones: at
-        # the steps' priority a 1-2 segment decode took ~15 ms of wall time beside 7 ms steps under 250 agents
-        # (H200, session 10), against ~1.2 ms alone. Graph replays inherit the priority of the stream they run on.
-        self._decode_stream: Any = (torch.cuda.Stream(self.model.device,  # type: ignore[no-untyped-call]
-                                                      priority=-1 if options.codec_priority else 0)
+        # Codec decodes run on their own stream (decode thread), beside the steps instead of between them.
+        self._decode_stream: Any = (torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
                                     if self.model.device.type == "cuda" else None)
         self._codec_s = 0.0  # device time of the decodes (timing events on the decode stream)
         if self.model.device.type == "cuda":

@@ -282,15 +282,3 @@ def test_segments_finished_while_the_codec_is_busy_decode_together(backend: Mode
         assert (after.codec_calls - before.codec_calls, after.codec_items - before.codec_items) == (2, 4)
     finally:
         h.close()
-
-
-def test_codec_decodes_run_above_the_steps_priority(backend: ModelBackend) -> None:
-    """config omnivoice.codec_priority (on by default): the decode thread's stream outranks the steps' stream, so
-    the GPU runs a decode's blocks ahead of a long step's waiting ones."""
-    if backend.device == "cpu":
-        pytest.skip("CUDA streams only")
-    import torch
-
-    steps = torch.cuda.current_stream(torch.device(backend.device))
-    decode = backend._decode_stream
-    assert decode is not None and decode.priority < steps.priority, (decode.priority, steps.priority)

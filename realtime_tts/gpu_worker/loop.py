@@ -260,7 +260,8 @@ class ModelBackend:
                 for event in {id(s.ready): s.ready for s in states if s.ready is not None}.values():
                     stream.wait_event(event)  # the grids were copied out of their slots on the step stream
                 start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                # the decode thread sleeps until its decode is done instead of polling the driver (host_copy.py)
+                end = torch.cuda.Event(enable_timing=True, blocking=True)  # type: ignore[no-untyped-call]
                 with torch.cuda.stream(stream):
                     start.record()
                     waves = self.runner.decode(states)  # its copy to the host waits for the decode

@@ -12,6 +12,9 @@ PORT ?= 8000
 serve: $(VENV)/.installed-serve
 	$(VENV)/bin/realtime-tts serve --host $(HOST) --port $(PORT) $(ARGS)
 
+# Two pytest processes, each file whole in one (pytest-xdist); PYTEST_ARGS= runs them in this one.
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
 test: $(VENV)/.installed-test $(PLUGIN_VENV)/.installed
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 

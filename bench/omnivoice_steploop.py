@@ -19,6 +19,9 @@ before/after tables of bench/results/omnivoice_steploop_h200.md).
 
     python bench/omnivoice_steploop.py --ckpt /tmp/omnivoice-full --items 8,32,64,128 --label after \\
         --out-dir OUT [--profile 128]
+
+With --joins-per-step J the join rate is held at J per step at every N instead (each segment runs N / J steps),
+which tells host work per item in flight from host work per joining segment.
 """
 
 from __future__ import annotations
@@ -173,7 +176,9 @@ def run_one(backend: Any, ipc: Any, loop_mod: Any, n: int, budget: int, seconds:
     thread.join(60)
     steps = max(1, steps1 - steps0)
     same = act0 is act1  # the activity window did not roll over: its item/token sums are this window's
-    row = {"items": n, "joins_per_step": joins or n / 32, "steps": steps, "steps_per_s": steps / (t1 - t0),
+    # joins_per_step_set: the rate asked for (serving churn: n/32); the table's "joins per step" column is the
+    # measured one, finished_per_step
+    row = {"items": n, "joins_per_step_set": joins or n / 32, "steps": steps, "steps_per_s": steps / (t1 - t0),
            "items_per_step": (act1.items - items0) / steps if same else float("nan"),
            "tokens_per_step": (act1.tokens - tokens0) / steps if same else float("nan"),
            "wall_ms_per_step": 1000 * (t1 - t0) / steps, "wait_ms_per_step": 1000 * (wait1 - wait0) / steps,

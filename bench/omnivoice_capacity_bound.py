@@ -35,7 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import cpu_model, git_commit, history_rows
 from omnivoice_costs import CostFileError, load_costs
-from omnivoice_sched_sim import JITTER_S, NUM_STEP, REPLIES, item_tokens, reply_units
+from omnivoice_sched_sim import JITTER_S, NUM_STEP, item_tokens, reply_units
+from omnivoice_serve import REPLIES
 
 from realtime_tts.service import estimate_audio_s
 

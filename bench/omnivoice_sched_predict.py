@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from omnivoice_costs import CostFileError, load_costs
 from omnivoice_sched_sim import Cost, Knobs, sim_conversations, sim_load
 
+from realtime_tts.config import load_config
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -97,8 +99,7 @@ def sensitivity(cost: Cost, measured: dict[str, Any], scales: list[float]) -> No
 
 
 # Candidates for the server's defaults at 250 agents (one change at a time from today's, then combinations);
-# each is (label, changes to the knobs). Today's: config.py's omnivoice section (class policy, 6144 / 1024
-# tokens, admit 0 ms, admission wait 1000 ms, target_chars 60, voice continuity on).
+# each is (label, changes to the knobs). Today's: the server's config defaults (today_knobs).
 CANDIDATES: list[tuple[str, dict[str, Any]]] = [
     ("today's defaults", {}),
     ("max_batch_tokens 3072", {"max_batch_tokens": 3072}),
@@ -119,8 +120,16 @@ CANDIDATES: list[tuple[str, dict[str, Any]]] = [
     ("max 5120 + latency 2048", {"max_batch_tokens": 5120, "latency_batch_tokens": 2048}),
     ("max 4096 + latency 512", {"max_batch_tokens": 4096, "latency_batch_tokens": 512}),
 ]
-TODAY = Knobs(policy="class", admit_ms=0.0, latency_batch_tokens=1024, max_batch_tokens=6144, target_chars=60,
-              admission_wait_ms=1000.0, continuity=True)
+
+
+def today_knobs() -> Knobs:
+    """The server's defaults as the sim's knobs (read from config.py, so they cannot go stale: this was a literal
+    that still said max_batch_tokens 6144 after session 8 made it 4096)."""
+    cfg = load_config({})
+    o = cfg.omnivoice
+    return Knobs(policy=o.scheduler_policy, admit_ms=float(o.admit_interval_ms), latency_batch_tokens=o.latency_batch_tokens,
+                 max_batch_tokens=o.max_batch_tokens, target_chars=cfg.text.target_chars,
+                 admission_wait_ms=float(o.admission_wait_ms), continuity=o.voice_continuity)
 
 
 def defaults(cost: Cost, bench: dict[str, Any], ns: list[int], loads: list[tuple[int, float]],
@@ -175,7 +184,7 @@ def main() -> None:
     if args.defaults:
         ns = [int(x) for x in args.agents.split(",") if x]
         loads = [(int(a), float(b)) for a, b in (x.split("@") for x in args.loads.split(",") if x)]
-        base = replace(TODAY, continuity=args.continuity == "on")
+        base = replace(today_knobs(), continuity=args.continuity == "on")
         print(f"\n### Candidates (sim, measured costs, step times x{args.engine_scale:g}; voice continuity "
               f"{args.continuity})\n")
         defaults(replace(cost, engine_scale=args.engine_scale), measured.get("bench", {}), ns, loads, base,

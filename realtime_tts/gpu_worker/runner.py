@@ -76,7 +76,7 @@ class FusedBackbone:
     # forwards of up to 2048 tokens took "fused" and larger ones "split": one mode now serves both.
     def __init__(self, model: OmniVoiceModel, residual_dtype: torch.dtype = torch.float32,
                  attention: str = "q_fused", block: tuple[int, int, int, int] = (32, 32, 4, 3),
-                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0) -> None:
+                 heads: int | None = None, swiglu_gemm_min_tokens: int = 0, fp8: bool = False) -> None:
         from realtime_tts.gpu_worker import kernels
 
         self.k = kernels
@@ -107,6 +107,14 @@ class FusedBackbone:
                 "gate_up": torch.cat([m.gate_proj.weight, m.up_proj.weight], 0).contiguous(),
                 "down": m.down_proj.weight,
             })
+        # fp8: the four projections of every layer in FP8 (kernels/fp8.py: e4m3 weights with a scale per output
+        # row, activations quantised per token); the SwiGLU GEMM is then not used.
+        self.fp8 = fp8
+        if fp8:
+            for w in self.layers:
+                for name in ("qkv", "o", "gate_up", "down"):
+                    w[name + "_fp8"], w[name + "_fp8_scale"] = kernels.quantize_weight(w[name])
+            swiglu_gemm_min_tokens = self.swiglu_gemm_min_tokens = 0
         if swiglu_gemm_min_tokens > 0:  # swiglu_gemm's weight layout, beside the plain one cuBLAS reads
             for w in self.layers:
                 w["gate_up_tiles"] = kernels.interleave_gate_up(w["gate_up"], kernels.SWIGLU_CONFIG.block_n)
@@ -146,26 +154,34 @@ class FusedBackbone:
         fused_mlp = 0 < self.swiglu_gemm_min_tokens <= n
         x: torch.Tensor = k.rms_norm(residual, self.layers[0]["ln1"], self.eps,
                                      out=torch.empty(n, residual.shape[1], dtype=mm_dtype, device=embeds.device))
+        mm = self._fp8_mm if self.fp8 else self._mm
         for i, w in enumerate(self.layers):
-            qkv = torch.matmul(x, w["qkv"].t()).view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
+            qkv = mm(x, w, "qkv").view(n, hq + 2 * hkv, d)  # [N, Hq+2Hkv, D]
             q, kk, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
             k.norm_rope_attention(q, kk, v, cu_seqlens, max_seqlen, tiles, w["qn"], w["kn"], positions, cos_table,
                                   sin_table, self.eps, out=attn, mode=mode, heads_per_program=heads, block_m=bm,
                                   block_n=bn, num_warps=nw, num_stages=ns, angles=angles)
-            o = torch.matmul(attn.view(n, hq * d), w["o"].t())  # [N, H]
+            o = mm(attn.view(n, hq * d), w, "o")  # [N, H]
             x, residual = k.add_rms_norm(o, residual, w["ln2"], self.eps)
             if fused_mlp:
                 act = k.swiglu_gemm(x, w["gate_up_tiles"], self.inter)  # [N, I]
             else:
-                gate_up = torch.matmul(x, w["gate_up"].t())  # [N, 2I]
+                gate_up = mm(x, w, "gate_up")  # [N, 2I]
                 act = k.silu_mul(gate_up[:, :self.inter], gate_up[:, self.inter:])
-            mlp = torch.matmul(act, w["down"].t())
+            mlp = mm(act, w, "down")
             if i + 1 < len(self.layers):
                 x, residual = k.add_rms_norm(mlp, residual, self.layers[i + 1]["ln1"], self.eps)
             else:  # the final norm's output is in the residual dtype (the head reads it at that precision)
                 x, residual = k.add_rms_norm(mlp, residual, self.final_norm, self.eps,
                                              out=torch.empty_like(residual))
         return x
+
+    @staticmethod
+    def _mm(x: torch.Tensor, w: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+        return torch.matmul(x, w[name].t())
+
+    def _fp8_mm(self, x: torch.Tensor, w: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+        return self.k.fp8_linear(x, w[name + "_fp8"], w[name + "_fp8_scale"], out_dtype=x.dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +254,8 @@ class StepRunner:
 
     attention, attention_block, attention_heads: FusedBackbone's attention mode, tiles and q heads per program.
     swiglu_gemm_min_tokens: steps of at least this many tokens run the MLP's gate/up GEMM + SwiGLU as one Triton
-    kernel (0: never; FusedBackbone).
+    kernel (0: never; FusedBackbone). fp8_matmuls (CUDA, sm89+): the backbone's four projections per layer in FP8
+    (kernels/fp8.py; FusedBackbone(fp8=True)), the SwiGLU GEMM then unused.
     fused_snake (CUDA): the codec's Snake activations through kernels/snake.py; with fused_codec, the decoder's
     conv bias and residual adds inside those passes (kernels/dac_decoder.py), with codec_channels_last every
     activation in channels-last memory (cuDNN's NHWC convs without layout conversions) and with codec_units the
@@ -253,7 +270,8 @@ class StepRunner:
                  max_slots: int = 1024, max_inflight: int = 2, bucketed: bool = False,
                  codec_graph_frames: int = 0, precision: str = "fp32", attention: str = "q_fused",
                  attention_block: tuple[int, int, int, int] = (32, 32, 4, 3), attention_heads: int | None = None,
-                 swiglu_gemm_min_tokens: int = 0, fused_snake: bool = True, fused_codec: bool = True,
+                 swiglu_gemm_min_tokens: int = 0, fp8_matmuls: bool = False, fused_snake: bool = True,
+                 fused_codec: bool = True,
                  codec_channels_last: bool = CODEC_CHANNELS_LAST, codec_units: bool = CODEC_UNITS,
                  capture_lock: threading.Lock | None = None) -> None:
         cuda = model.device.type == "cuda"
@@ -267,11 +285,13 @@ class StepRunner:
         self.use_graphs = cuda if use_graphs is None else use_graphs
         if self.use_graphs and not cuda:
             raise ValueError("CUDA graphs need a CUDA model")
+        if fp8_matmuls and not (self.use_fused and cuda and torch.cuda.get_device_capability(model.device) >= (8, 9)):
+            raise ValueError("fp8_matmuls needs the fused backbone on a CUDA device with FP8 tensor cores (sm89+)")
         if model.llm.cfg["head_dim"] < 32:  # the rope dots on tensor cores need half a head ≥ 16 (tiny models)
             attention = "split"
         self.fused = FusedBackbone(model, residual_dtype=stream_dtype, attention=attention, block=attention_block,
-                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens
-                                   ) if self.use_fused else None
+                                   heads=attention_heads, swiglu_gemm_min_tokens=swiglu_gemm_min_tokens,
+                                   fp8=fp8_matmuls) if self.use_fused else None
         self.fused_scoring = self.use_fused if fused_scoring is None else fused_scoring
         # "reference" on an fp32 model: the reference's head is then a plain fp32 GEMM, not TF32
         self.head_tf32 = head_tf32 and precision == "fp32"

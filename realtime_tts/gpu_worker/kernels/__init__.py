@@ -16,6 +16,13 @@ from realtime_tts.gpu_worker.kernels.attention import (
 )
 from realtime_tts.gpu_worker.kernels.dac_decoder import conv_epilogue, conv_epilogue_ref, use_fused_codec
 from realtime_tts.gpu_worker.kernels.embed import embed, embed_ref
+from realtime_tts.gpu_worker.kernels.fp8 import (
+    fp8_linear,
+    fp8_linear_ref,
+    quantize_rows,
+    quantize_rows_ref,
+    quantize_weight,
+)
 from realtime_tts.gpu_worker.kernels.gemm import (
     GEMM_CONFIG,
     SWIGLU_CONFIG,
@@ -45,6 +52,8 @@ __all__ = [
     "conv_epilogue_ref",
     "embed",
     "embed_ref",
+    "fp8_linear",
+    "fp8_linear_ref",
     "gemm",
     "head_norm_rope",
     "interleave_gate_up",
@@ -52,6 +61,9 @@ __all__ = [
     "norm_rope_attention",
     "qk_norm_rope",
     "qk_norm_rope_ref",
+    "quantize_rows",
+    "quantize_rows_ref",
+    "quantize_weight",
     "rms_norm",
     "rms_norm_ref",
     "rope_cos_sin",

@@ -83,10 +83,6 @@ class OmniVoiceConfig:
                                        "projection and SwiGLU as one Triton GEMM (faster at bulk sizes on the "
                                        "H200, bench/results/omnivoice_gemm_h200.md); 0 = never.",
                                        default=8192)
-    fp8_matmuls: bool = _doc("Run the backbone's projections in FP8 (e4m3 weights with a scale per output row, "
-                             "activations quantised per token) on GPUs with FP8 tensor cores: shorter steps, "
-                             "more capacity. Off by default: its effect on the released model's audio has not "
-                             "been measured (bench/results/omnivoice_fp8_h200.md).", default=False)
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
                                  "segment gets a deadline; steps sized by a step-time model measured at "

@@ -1,4 +1,4 @@
-"""FP8 projections (kernels/fp8.py, config omnivoice.fp8_matmuls): the per-row quantisation and its reference on
+"""FP8 projections (kernels/fp8.py, StepRunner(fp8_matmuls=True), an experiment): the per-row quantisation and its reference on
 any device, the Triton pass and torch._scaled_mm against the reference on an FP8-capable GPU, and the fused
 backbone with fp8=True next to its bf16 self there. On a machine without such a GPU the runner refuses the flag
 with a clear error."""

@@ -1,9 +1,10 @@
-"""FP8 projections (opt-in, config omnivoice.fp8_matmuls): e4m3 weights with one scale per output row, activations
-quantised per token on the fly, the product on the tensor cores by torch._scaled_mm with row-wise scales, bf16 out.
+"""FP8 projections, an experiment (StepRunner(fp8_matmuls=True), bench/omnivoice_fp8.py; not a server option: see
+bench/results/omnivoice_fp8_h200.md): e4m3 weights with one scale per output row, activations quantised per token
+on the fly, the product on the tensor cores by torch._scaled_mm with row-wise scales, bf16 out.
 
 quantize_rows(x) is one Triton pass per activation (row max, scale, cast); quantize_weight runs once at load. The
 plain-torch references simulate the same rounding on any device (fp8 round trip, then an fp32 matmul) for tests.
-What FP8 does to the released model's audio is not known here: only random weights are reachable (config docs).
+What FP8 does to the released model's audio is not known here: only random weights are reachable.
 """
 # @triton.jit kernels are untyped by nature:
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"

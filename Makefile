@@ -6,14 +6,17 @@ VENV := .venv
 PLUGIN_VENV := .venv-plugins
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The two venvs of `make test` install side by side (downloads and unpacking overlap; each pip has its own venv).
+MAKEFLAGS += -j2
 
 .PHONY: serve test
 
 serve: $(VENV)/.installed-serve
 	$(VENV)/bin/realtime-tts serve --host $(HOST) --port $(PORT) $(ARGS)
 
-# Two pytest processes, each file whole in one (pytest-xdist); PYTEST_ARGS= runs them in this one.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# Three pytest processes, each file whole in one (pytest-xdist): many tests wait on servers, sockets and
+# timeouts, so a third process overlaps those waits on a 2-core machine; PYTEST_ARGS= runs them in this one.
+PYTEST_ARGS ?= -n 3 --dist loadfile
 
 test: $(VENV)/.installed-test $(PLUGIN_VENV)/.installed
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -8,7 +8,8 @@
     socket per turn), "plays" the audio in real time, barges in on some turns (cancel with played_ms at a random
     point of playback), then listens for a gap before the next turn → first audio p50/p95/p99 (from the turn's
     first text message), underruns (the player ran dry mid-reply) and their duration, cancel latency (cancel sent →
-    context.done / terminal frame) and audio received after a cancel.
+    context.done / terminal frame), audio received after the cancel was sent but before the done (in flight: sent
+    before the server read the cancel) and, in simple mode, any audio after the done (the contract: none).
 (c) sweeps: the levels of (a) or (b) in increasing order until the latency target is missed → the largest N
     (agents) or rate (speech) that meets it.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import io
 import ipaddress
@@ -52,6 +54,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: local_server, machine
 import local_server
@@ -449,7 +452,11 @@ class Turn:
     barged: bool = False  # the user interrupted this turn...
     barged_after_done: bool = False  # ...after the server had sent all of it (nothing left to cancel there)
     cancel_ms: float | None = None  # cancel sent → Done
-    bytes_after_cancel: int = 0
+    # audio that reached the client after it sent its cancel and before the server's done: sent before the server
+    # read the cancel (PROTOCOL §1 allows it; a player drops it)
+    bytes_in_flight_at_cancel: int = 0
+    # audio on the connection after the done of a cancelled turn (simple mode; the contract: none); None: not read
+    bytes_after_done: int | None = None
     text_spoken: str | None = None
     reason: str | None = None
     protocol: str | None = None
@@ -512,7 +519,7 @@ async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, barge_afte
             now = time.perf_counter()
             if isinstance(ev, rtc.Audio):
                 if t_cancel is not None:
-                    out.bytes_after_cancel += len(ev.data)
+                    out.bytes_in_flight_at_cancel += len(ev.data)
                     continue
                 n = len(ev.data) // 2
                 received += n
@@ -555,6 +562,19 @@ async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, barge_afte
     return out
 
 
+async def audio_after_done(ws: Any, wait_s: float = 0.1) -> int:
+    """Bytes of audio a simple-mode connection carries after its terminal frame (the contract: none), read until
+    the server closes it or wait_s passes."""
+    received = 0
+    deadline = time.perf_counter() + wait_s
+    with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+        while (left := deadline - time.perf_counter()) > 0:
+            msg = await asyncio.wait_for(ws.recv(), left)
+            if isinstance(msg, bytes):
+                received += len(msg)
+    return received
+
+
 async def agent(ws_base: str, index: int, cfg: AgentConfig) -> list[Turn]:
     """One agent's conversation. Who barges in and when are drawn as bench/omnivoice_sched_sim.py draws them
     (random.Random(index): per turn, random() < barge_in, then uniform(barge_after_s)); the reply of turn k is
@@ -578,12 +598,14 @@ async def agent(ws_base: str, index: int, cfg: AgentConfig) -> list[Turn]:
             speaker, conn = await _open_turn(ws_base, cfg, session, index + 7 * t)
             turn = await run_turn(speaker, pieces, cfg, barge_after, rate, pace_rng)
             turns.append(turn)
+            # the listener hears the rest of the reply (or was cut off by their barge-in), then talks
+            next_at = (turn.play_end or time.perf_counter()) + pace_rng.uniform(*cfg.gap_s)
             if conn is not None:
+                if turn.cancel_ms is not None:
+                    turn.bytes_after_done = await audio_after_done(conn.ws)
                 await conn.close()
             if t + 1 < cfg.turns:
-                # the listener hears the rest of the reply (or was cut off by their barge-in), then talks
-                played_to = turn.play_end or time.perf_counter()
-                await asyncio.sleep(max(0.0, played_to - time.perf_counter()) + pace_rng.uniform(*cfg.gap_s))
+                await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
     except Exception as e:  # noqa: BLE001 — e.g. connection refused: the agent's remaining turns failed
         turns.append(Turn(error=f"{type(e).__name__}: {e}"[:200]))
     finally:
@@ -623,7 +645,9 @@ async def run_agents(ws_base: str, n: int, cfg: AgentConfig, *, timeout_s: float
             "barge_ins_after_done": sum(t.barged_after_done for t in turns),
             "p50_cancel_ms": pct(cancels, 50), "p95_cancel_ms": pct(cancels, 95),
             "max_cancel_ms": max(cancels) if cancels else float("nan"),
-            "bytes_after_cancel": sum(t.bytes_after_cancel for t in turns),
+            "bytes_in_flight_at_cancel": sum(t.bytes_in_flight_at_cancel for t in turns),
+            "bytes_after_done": sum(t.bytes_after_done or 0 for t in turns),
+            "after_done_read": sum(t.bytes_after_done is not None for t in turns),
             "text_spoken_reported": sum(t.text_spoken is not None for t in turns if t.cancel_ms is not None),
             "errors": [t.error for t in turns if t.error][:3]}
 
@@ -674,7 +698,8 @@ def speech_table(rows: list[dict[str, Any]]) -> list[str]:
 def agents_table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [("| agents | turns ok | protocol | first audio p50 / p95 / p99 ms | after 1st sentence p50 / p95 ms "
                "| underruns (turns) | stall ms | barge-ins (server done) | cancel p50 / p95 / max ms "
-              "| bytes after cancel | text_spoken |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| bytes in flight at cancel / after done (turns read) | text_spoken |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         refused = f" ({r['refused']} refused)" if r["refused"] else ""
         lines.append(f"| {r['agents']} | {r['ok']}/{r['turns']}{refused} | {r['protocol']} | {f0(r['p50_first_audio_ms'])} / "
@@ -682,7 +707,8 @@ def agents_table(rows: list[dict[str, Any]]) -> list[str]:
                      f"{f0(r['p50_after_clause_ms'])} / {f0(r['p95_after_clause_ms'])} | {r['underruns']} "
                      f"({r['turns_with_underrun']}) | {r['stall_ms_total']:.0f} | {r['barge_ins']} ({r['barge_ins_after_done']}) | "
                      f"{f0(r['p50_cancel_ms'])} / {f0(r['p95_cancel_ms'])} / {f0(r['max_cancel_ms'])} | "
-                     f"{r['bytes_after_cancel']} | {r['text_spoken_reported']}/{r['cancels']} |")
+                     f"{r['bytes_in_flight_at_cancel']} / {r['bytes_after_done']} ({r['after_done_read']}) | "
+                     f"{r['text_spoken_reported']}/{r['cancels']} |")
     return lines
 
 

@@ -26,7 +26,7 @@ def _quantize_rows_kernel(x_ptr, q_ptr, s_ptr, stride_x, stride_q, width, BLOCK:
     cols = tl.arange(0, BLOCK)
     mask = cols < width
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12) / 448.0
+    scale = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12) / 448.0  # _TINY, FP8_MAX (a jit body reads globals only as tl.constexpr)
     tl.store(q_ptr + row * stride_q + cols, (x / scale).to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(s_ptr + row, scale)
 

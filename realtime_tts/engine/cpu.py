@@ -342,7 +342,13 @@ class _VoiceProcesses:
             return
         try:
             await asyncio.wait_for(worker.call(None), PING_TIMEOUT_S)
-        except (TimeoutError, EngineDead):
+        except EngineDead:
+            # Its pipe closed: it died after the liveness check above (a killed process is reaped a little
+            # later, more so on a busy machine). Dead, not frozen, whichever noticed it first.
+            log.warning("CPU voice worker %d (pid %s) died while idle; restarting it", worker.worker_id, worker.pid)
+            worker.kill()
+            await self._restart(worker, "died_idle")
+        except TimeoutError:
             log.warning("CPU voice worker %d (pid %s) did not answer a ping within %g s; killing and restarting it",
                         worker.worker_id, worker.pid, PING_TIMEOUT_S)
             worker.kill()

@@ -106,11 +106,9 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
         assert r.status_code == 200, r.text
     assert metric(small_server.http, "full_step_seconds") > 0
 
-    async def one(client: aiohttp.ClientSession, i: int,
-                  delay_s: float) -> tuple[int, float, dict[str, Any] | None, str | None]:
+    async def one(client: aiohttp.ClientSession, i: int) -> tuple[int, float, dict[str, Any] | None, str | None]:
         # each request a connection of its own through aiohttp (as bench/load.py): an httpx pool's own
         # bookkeeping added up to ~400 ms per request here under a flood, more than the server took
-        await asyncio.sleep(delay_s)
         t0 = time.perf_counter()
         async with client.post(url, json=body(100 + i)) as r:
             payload = await r.read()
@@ -129,20 +127,30 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
         c.ws.close()
         return c.contexts["s1"].messages
 
-    async def flood(num: int, rate: float) -> list[tuple[int, float, dict[str, Any] | None, str | None]]:
+    async def flood(rate: float, least: int, most: int) -> list[tuple[int, float, dict[str, Any] | None, str | None]]:
+        """Requests at `rate`: at least `least`, and on until the session probe has its answer (at most `most`), so
+        the probe's context opens while the server is refusing however late its thread gets to run."""
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as client:
-            return await asyncio.gather(*(one(client, i, i / rate) for i in range(num)))
+            sent: list[asyncio.Task[tuple[int, float, dict[str, Any] | None, str | None]]] = []
+            while len(sent) < most and (len(sent) < least or not probed.is_set()):
+                sent.append(asyncio.create_task(one(client, len(sent))))
+                await asyncio.sleep(1.0 / rate)
+            return list(await asyncio.gather(*sent))
 
     async def flood_and_probe() -> tuple[list[tuple[int, float, dict[str, Any] | None, str | None]],
                                          list[dict[str, Any]]]:
         async def probe() -> list[dict[str, Any]]:
             await refusing.wait()
-            return await asyncio.to_thread(session_probe)
+            try:
+                return await asyncio.to_thread(session_probe)
+            finally:
+                probed.set()
 
-        return await asyncio.gather(flood(40, 100.0), probe())
+        return await asyncio.gather(flood(100.0, 40, 1000), probe())
 
     refusing = asyncio.Event()
+    probed = asyncio.Event()
 
     results, session = asyncio.run(flood_and_probe())
     statuses = sorted({status for status, _, _, _ in results})

@@ -9,7 +9,7 @@
     point of playback), then listens for a gap before the next turn → first audio p50/p95/p99 (from the turn's
     first text message), underruns (the player ran dry mid-reply) and their duration, cancel latency (cancel sent →
     context.done / terminal frame), audio received after the cancel was sent but before the done (in flight: sent
-    before the server read the cancel) and, in simple mode, any audio after the done (the contract: none).
+    before the server read the cancel) and any audio after the done (the contract: none).
 (c) sweeps: the levels of (a) or (b) in increasing order until the latency target is missed → the largest N
     (agents) or rate (speech) that meets it.
 
@@ -455,7 +455,8 @@ class Turn:
     # audio that reached the client after it sent its cancel and before the server's done: sent before the server
     # read the cancel (PROTOCOL §1 allows it; a player drops it)
     bytes_in_flight_at_cancel: int = 0
-    # audio on the connection after the done of a cancelled turn (simple mode; the contract: none); None: not read
+    # audio after the done of a cancelled turn (the contract: none): on its connection in simple mode, for no live
+    # context of the session in session mode, within 100 ms; None: not read
     bytes_after_done: int | None = None
     text_spoken: str | None = None
     reason: str | None = None
@@ -562,7 +563,10 @@ async def run_turn(speaker: Any, pieces: list[str], cfg: AgentConfig, barge_afte
     return out
 
 
-async def audio_after_done(ws: Any, wait_s: float = 0.1) -> int:
+AFTER_DONE_S = 0.1  # how long a cancelled turn's connection or session is watched for audio after its done
+
+
+async def audio_after_done(ws: Any, wait_s: float = AFTER_DONE_S) -> int:
     """Bytes of audio a simple-mode connection carries after its terminal frame (the contract: none), read until
     the server closes it or wait_s passes."""
     received = 0
@@ -596,13 +600,17 @@ async def agent(ws_base: str, index: int, cfg: AgentConfig) -> list[Turn]:
             barge_after = rng.uniform(*cfg.barge_after_s) if rng.random() < cfg.barge_in else None
             pieces = split_reply(REPLIES[(index + 7 * t) % len(REPLIES)], cfg.granularity)
             speaker, conn = await _open_turn(ws_base, cfg, session, index + 7 * t)
+            stray = session.stray_audio_bytes if session is not None else 0
             turn = await run_turn(speaker, pieces, cfg, barge_after, rate, pace_rng)
             turns.append(turn)
             # the listener hears the rest of the reply (or was cut off by their barge-in), then talks
             next_at = (turn.play_end or time.perf_counter()) + pace_rng.uniform(*cfg.gap_s)
+            if turn.cancel_ms is not None and conn is not None:
+                turn.bytes_after_done = await audio_after_done(conn.ws)
+            elif turn.cancel_ms is not None and session is not None:
+                await asyncio.sleep(AFTER_DONE_S)
+                turn.bytes_after_done = session.stray_audio_bytes - stray
             if conn is not None:
-                if turn.cancel_ms is not None:
-                    turn.bytes_after_done = await audio_after_done(conn.ws)
                 await conn.close()
             if t + 1 < cfg.turns:
                 await asyncio.sleep(max(0.0, next_at - time.perf_counter()))

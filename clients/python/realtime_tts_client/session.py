@@ -118,6 +118,9 @@ class Session:
         self.by_slot: dict[int, Context] = {}
         self.errors: list[ServerError] = []  # session-level errors (no context_id)
         self.unknown: list[dict[str, Any]] = []
+        # audio for no live context: after its context.done, or on a slot no context.started named (the protocol
+        # sends none; counted, not delivered, so a client can check that contract)
+        self.stray_audio_bytes = 0
         self._pongs: asyncio.Queue[Pong] = asyncio.Queue()
         self._ids = itertools.count(1)
         self._reader = asyncio.create_task(self._read(), name=f"tts-session-{self.id}")
@@ -186,6 +189,8 @@ class Session:
                 self._pongs.put_nowait(ev)
             elif isinstance(ev, Unknown):
                 self.unknown.append(ev.raw)
+            elif isinstance(ev, Audio):
+                self.stray_audio_bytes += len(ev.data)
             return
         if isinstance(ev, ContextStarted):
             ctx.started = True
@@ -221,6 +226,8 @@ class Session:
                         ctx = next(iter(self.contexts.values()))  # no context.started seen: one candidate
                     if ctx is not None:
                         self._route(ctx.id, audio)
+                    else:
+                        self.stray_audio_bytes += len(audio.data)
                     continue
                 obj = json.loads(msg)
                 self._route(obj.get("context_id"), parse_json(obj))

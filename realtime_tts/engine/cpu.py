@@ -333,21 +333,23 @@ class _VoiceProcesses:
             if not job.future.done():  # a cancelled job (its request went away while queued) is dropped
                 return job
 
+    async def _restart_dead(self, worker: _Worker) -> None:
+        """A worker that died while idle (no job lost) comes back; the restart reaps a process still lingering."""
+        log.warning("CPU voice worker %d (pid %s) died while idle; restarting it", worker.worker_id, worker.pid)
+        await self._restart(worker, "died_idle")
+
     async def _check_idle(self, worker: _Worker) -> None:
         """Between jobs: a dead worker restarts now, and a frozen one (no answer to a ping) is killed and
         restarted, so neither waits for a request to find out."""
         if not worker.alive:
-            log.warning("CPU voice worker %d (pid %s) died while idle; restarting it", worker.worker_id, worker.pid)
-            await self._restart(worker, "died_idle")
+            await self._restart_dead(worker)
             return
         try:
             await asyncio.wait_for(worker.call(None), PING_TIMEOUT_S)
         except EngineDead:
             # Its pipe closed: it died after the liveness check above (a killed process is reaped a little
             # later, more so on a busy machine). Dead, not frozen, whichever noticed it first.
-            log.warning("CPU voice worker %d (pid %s) died while idle; restarting it", worker.worker_id, worker.pid)
-            worker.kill()
-            await self._restart(worker, "died_idle")
+            await self._restart_dead(worker)
         except TimeoutError:
             log.warning("CPU voice worker %d (pid %s) did not answer a ping within %g s; killing and restarting it",
                         worker.worker_id, worker.pid, PING_TIMEOUT_S)
@@ -364,9 +366,7 @@ class _VoiceProcesses:
                 # It died while idle: no job was lost. This one goes back (same place in the order) for
                 # another worker or for this one once it is back.
                 self._push(job)
-                log.warning("CPU voice worker %d (pid %s) died while idle; restarting it", worker.worker_id,
-                            worker.pid)
-                await self._restart(worker, "died_idle")
+                await self._restart_dead(worker)
                 continue
             worker.busy = True
             try:

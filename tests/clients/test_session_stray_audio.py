@@ -10,12 +10,15 @@ import json
 from typing import Any
 
 import websockets
-from realtime_tts_client.events import HEADER, Audio
+from realtime_tts_client.events import Audio
 from realtime_tts_client.session import Session
+
+from realtime_tts.protocol_session import pack_header
 
 
 def frame(slot: int, payload: bytes) -> bytes:
-    return HEADER.pack(1, 0, slot, 0, 0, 0, 0) + payload
+    """A session-mode audio frame as the server packs it."""
+    return pack_header(0, slot, 0, 0, 0) + payload
 
 
 async def scripted(ws: Any) -> None:

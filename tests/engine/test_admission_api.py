@@ -123,17 +123,19 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
         """A session-mode context opened while the flood is being refused: its messages."""
         c = SessionClient(f"{small_server.ws}/v1/stream/text", num_step=8)
         c.send({"type": "speak", "context_id": "s1", "text": "Your table is ready now."})
+        opened.set()
         c.until_done("s1", timeout=120)
         c.ws.close()
         return c.contexts["s1"].messages
 
     async def flood(rate: float, least: int, most: int) -> list[tuple[int, float, dict[str, Any] | None, str | None]]:
-        """Requests at `rate`: at least `least`, and on until the session probe has its answer (at most `most`), so
-        the probe's context opens while the server is refusing however late its thread gets to run."""
+        """Requests at `rate`: at least `least`, and on until the session probe has opened its context (at most
+        `most`), so it opens while the server is refusing however late its thread gets to run; not longer, or an
+        admitted probe would wait behind a flood that only stops when it is done."""
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as client:
             sent: list[asyncio.Task[tuple[int, float, dict[str, Any] | None, str | None]]] = []
-            while len(sent) < most and (len(sent) < least or not probed.is_set()):
+            while len(sent) < most and (len(sent) < least or not opened.is_set()):
                 sent.append(asyncio.create_task(one(client, len(sent))))
                 await asyncio.sleep(1.0 / rate)
             return list(await asyncio.gather(*sent))
@@ -145,12 +147,12 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
             try:
                 return await asyncio.to_thread(session_probe)
             finally:
-                probed.set()
+                opened.set()  # a probe that failed to open must not keep the flood going
 
         return await asyncio.gather(flood(100.0, 40, 1000), probe())
 
     refusing = asyncio.Event()
-    probed = asyncio.Event()
+    opened = threading.Event()  # set by the probe's thread once its context's first message is sent
 
     results, session = asyncio.run(flood_and_probe())
     statuses = sorted({status for status, _, _, _ in results})

@@ -1,7 +1,8 @@
 """A session-mode client for the tests (PROTOCOL.md §2) that checks the protocol's promises on everything it
 receives: every server message of a context carries its id; audio frames (binary, 16-byte header) belong to a
 live context's slot, to its current segment, and continue that context's sample count without a gap or
-overlap; nothing of a context follows its context.done (except another context.done with already_done). A
+overlap; nothing of a context follows its context.done (except another context.done with already_done). An
+error for a context before its context.started ends it (its open was refused: no context.done follows). A
 uniquely named module, like live_server.py."""
 
 from __future__ import annotations
@@ -147,6 +148,14 @@ class SessionClient:
                 assert msg.get("already_done") is True, msg
             else:
                 self.other.append(msg)
+            return
+        if kind == "error" and ctx.slot is None and ctx.done is None:
+            # an error before the context's context.started: the message that would have opened it was refused
+            # (too many contexts, a bad field, an engine too busy to start it). A context that never started
+            # gets no context.done (PROTOCOL §2), so it ends here, with the client's own reason "refused".
+            ctx.messages.append(msg)
+            ctx.done = {"type": "context.done", "context_id": cid, "reason": "refused"}
+            self.finished.append(ctx)
             return
         if ctx.done is not None:
             # nothing of a context after its context.done, but the answer to a later cancel or a refusal

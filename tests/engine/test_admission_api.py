@@ -5,6 +5,7 @@ refuses a new request at once — HTTP 503 with Retry-After, WS an error frame w
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -76,6 +77,18 @@ def test_a_busy_worker_refuses_new_requests_at_once(busy_server: Any) -> None:
     (frame,) = frames  # the error frame, then the close
     assert frame["type"] == "error" and frame["code"] == "overloaded" and frame["retry_after_ms"] >= 100, frame
 
+    # session mode: the turn is refused as its context opens, an error naming it (not fatal); a context that never
+    # started gets no context.done (PROTOCOL §2), and the socket goes on
+    c = SessionClient(f"{busy_server.ws}/v1/stream/text", num_step=8)
+    c.send({"type": "speak", "context_id": "t", "text": "A turn that cannot start in time."})
+    assert c.until_done("t", timeout=60)["reason"] == "refused", c.log
+    (refusal,) = c.contexts["t"].messages
+    assert refusal["type"] == "error" and refusal["code"] == "overloaded" and refusal["retryable"], refusal
+    assert not refusal["fatal"] and refusal["retry_after_ms"] >= 100, refusal
+    c.send({"type": "ping", "id": 7})
+    assert c.until(lambda m: isinstance(m, dict) and m.get("type") == "pong", timeout=30)["id"] == 7
+    c.close()
+
     while metric(busy_server.http, "admission_refusals_total") < 2:  # the worker reports every 0.25 s while busy
         assert time.monotonic() < deadline, "the refusals never reached /metrics"
         time.sleep(0.05)
@@ -119,42 +132,57 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
             refusing.set()
         return status, took, error, retry
 
-    def session_probe() -> list[dict[str, Any]]:
-        """A session-mode context opened while the flood is being refused: its messages."""
-        c = SessionClient(f"{small_server.ws}/v1/stream/text", num_step=8)
-        c.send({"type": "speak", "context_id": "s1", "text": "Your table is ready now."})
-        opened.set()
-        c.until_done("s1", timeout=120)
-        c.ws.close()
-        return c.contexts["s1"].messages
+    def session_probe(c: SessionClient) -> list[dict[str, Any]]:
+        """Session-mode turns opened while the flood is being refused, one after another until one is refused
+        (as it opens, or at its first segment): the messages of every turn. A turn that no refusal reached within 2 s was admitted (the flood let up for
+        a moment, or the worker refuses later than that): it is cancelled and the next one opened, so no turn
+        waits on the work queued ahead of it."""
+        turns: list[dict[str, Any]] = []
+        for i in itertools.count():
+            if not flooding.is_set():
+                return turns  # the flood is over: nothing more is refused
+            cid = f"s{i}"
+            c.send({"type": "speak", "context_id": cid, "text": "Your table is ready now."})
+            ctx = c.contexts[cid]
+            until = time.monotonic() + 2.0
+            while ctx.done is None and not any(m["type"] == "error" for m in ctx.messages):
+                try:
+                    c.recv(timeout=max(0.0, until - time.monotonic()))
+                except TimeoutError:
+                    c.send({"type": "cancel", "context_id": cid})
+                    break
+            c.until_done(cid, timeout=30)
+            turns.extend(ctx.messages)
+            if ctx.done is not None and ctx.done["reason"] in ("error", "refused"):
+                refused_turn.set()
+                return turns
 
     async def flood(rate: float, least: int, most: int) -> list[tuple[int, float, dict[str, Any] | None, str | None]]:
-        """Requests at `rate`: at least `least`, and on until the session probe has opened its context (at most
-        `most`), so it opens while the server is refusing however late its thread gets to run; not longer, or an
-        admitted probe would wait behind a flood that only stops when it is done."""
+        """Requests at `rate`: at least `least`, and on until a session turn was refused (at most `most`)."""
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as client:
             sent: list[asyncio.Task[tuple[int, float, dict[str, Any] | None, str | None]]] = []
-            while len(sent) < most and (len(sent) < least or not opened.is_set()):
+            while len(sent) < most and (len(sent) < least or not refused_turn.is_set()):
                 sent.append(asyncio.create_task(one(client, len(sent))))
                 await asyncio.sleep(1.0 / rate)
+            flooding.clear()
+            refusing.set()  # a probe still waiting for the first refusal starts, sees the flood over and returns
             return list(await asyncio.gather(*sent))
 
-    async def flood_and_probe() -> tuple[list[tuple[int, float, dict[str, Any] | None, str | None]],
-                                         list[dict[str, Any]]]:
+    async def flood_and_probe(c: SessionClient) -> tuple[list[tuple[int, float, dict[str, Any] | None, str | None]],
+                                                         list[dict[str, Any]]]:
         async def probe() -> list[dict[str, Any]]:
             await refusing.wait()
-            try:
-                return await asyncio.to_thread(session_probe)
-            finally:
-                opened.set()  # a probe that failed to open must not keep the flood going
+            return await asyncio.to_thread(session_probe, c)
 
         return await asyncio.gather(flood(100.0, 40, 1000), probe())
 
     refusing = asyncio.Event()
-    opened = threading.Event()  # set by the probe's thread once its context's first message is sent
-
-    results, session = asyncio.run(flood_and_probe())
+    flooding = threading.Event()  # cleared by the flood when it stops sending
+    flooding.set()
+    refused_turn = threading.Event()  # set by the probe's thread once a session turn was refused
+    probe = SessionClient(f"{small_server.ws}/v1/stream/text", num_step=8)  # connected before the flood
+    results, session = asyncio.run(flood_and_probe(probe))
     statuses = sorted({status for status, _, _, _ in results})
     assert statuses == [200, 503], results  # some served, some refused, nothing else (no 500)
     refused = [(took, error, retry) for status, took, error, retry in results if status == 503]
@@ -164,15 +192,23 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
         assert error is not None and error["code"] == "overloaded" and error["retry_after_ms"] >= 100
         assert retry is not None and int(retry) == max(1, -(-error["retry_after_ms"] // 1000))
     assert max(web) < 0.2, sorted(web)  # on arrival: no queueing behind the work ahead
-    session_web = int("web process" in next(m for m in session if m["type"] == "error")["message"])
+    refusals = [m for m in session if m["type"] == "error"]
+    assert refusals, probe.log  # a session turn was refused while the flood was
+    session_web = sum("web process" in m["message"] for m in refusals)
     assert metric(small_server.http, "admission_refusals_total", side="web") == len(web) + session_web
-    # session mode: the refused turn is a context error (retryable, not fatal), the session lives on
-    error = next(m for m in session if m["type"] == "error")
-    assert error["code"] == "overloaded" and error["retryable"] and not error["fatal"], session
-    assert session[-1]["type"] == "context.done" and session[-1]["reason"] == "error", session
+    # session mode: a refused turn is an error naming its context (retryable, not fatal); refused as it opened
+    # (engine.check) it never started, refused at its first segment its context.done "error" follows
+    assert all(m["code"] == "overloaded" and m["retryable"] and not m["fatal"] for m in refusals), session
+    last = [m["type"] for m in session if m["context_id"] == session[-1]["context_id"]]
+    assert last == ["error"] or (last[0] == "context.started" and last[-2:] == ["error", "context.done"]), session
+    assert session[-1]["type"] == "error" or session[-1]["reason"] == "error", session
     served = [took for status, took, _, _ in results if status == 200]
     assert len(served) >= 3  # the worker kept serving what it admitted
 
     time.sleep(1.0)  # the worker drained: a request arriving now is admitted again
     r = httpx.post(url, json=body(1000), timeout=120)
     assert r.status_code == 200, r.text
+    probe.send({"type": "speak", "context_id": "after", "text": "Your table is ready now."})  # the session lived on
+    assert probe.until_done("after", timeout=120)["reason"] == "end", probe.log
+    assert probe.contexts["after"].samples > 0
+    probe.close()

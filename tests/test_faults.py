@@ -16,6 +16,7 @@ import httpx
 import psutil
 import pytest
 from live_server import Server, start_server, stop_server
+from session_client import SessionClient
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -95,6 +96,29 @@ def test_a_frozen_worker_fails_its_stream_with_a_retryable_error_in_bounded_time
     assert _metric(srv, 'realtime_tts_worker_restarts_total{cause="stuck"') >= 1
     assert _say(srv)["reason"] == "end"
     print(f"frozen worker: error frame after {waited:.2f} s; both workers back {back:.2f} s later")
+
+
+def test_a_session_turn_whose_engine_fails_before_any_audio_announces_no_segment(srv: Server) -> None:
+    """Session mode: a turn whose worker freezes before its first audio gets context.started, the error (engine_dead,
+    retryable, not fatal) and context.done "error" — no segment.start for a segment that never had audio — and
+    the session speaks its next turn."""
+    before = _restarts(srv)
+    _wait_all_ok(srv, before)
+    c = SessionClient(f"{srv.ws}/v1/stream/text")
+    frozen = _workers(srv)
+    for p in frozen:
+        p.send_signal(signal.SIGSTOP)
+    c.send({"type": "speak", "context_id": "t1", "text": "A turn that never gets its voice."})
+    assert c.until_done("t1", timeout=JOB_TIMEOUT_S + 15)["reason"] == "error", c.log
+    messages = c.contexts["t1"].messages
+    assert [m["type"] for m in messages] == ["context.started", "error", "context.done"], messages
+    assert messages[1]["code"] == "engine_dead" and messages[1]["retryable"] and not messages[1]["fatal"]
+    assert c.contexts["t1"].frames == 0
+    _wait_all_ok(srv, before + 2)  # the stuck one (job timeout) and the idle one (no pong) restart
+    c.send({"type": "speak", "context_id": "t2", "text": "Back again."})
+    assert c.until_done("t2", timeout=60)["reason"] == "end", c.log
+    assert c.contexts["t2"].segments and c.contexts["t2"].samples > 0
+    c.close()
 
 
 def test_a_worker_killed_during_sse_ends_the_stream_with_an_error_event(srv: Server) -> None:

@@ -47,9 +47,11 @@ class Output:
                 break
             if isinstance(seg, TTSError):
                 raise seg
-            start = SegmentStarted(seg.index, seg.unit.text, seg.unit.start, seg.unit.end, stats.samples_out)
+            # Announced with its first frame (or its end, for a segment without audio): a segment the engine
+            # refuses or fails before any audio (overloaded at its first step) gets no segment.start.
+            start: SegmentStarted | None = None
             if wants_events():
-                yield start
+                start = SegmentStarted(seg.index, seg.unit.text, seg.unit.start, seg.unit.end, stats.samples_out)
             queue_ms = gen_ms = 0.0
             while True:
                 item = await seg.chunks.get()
@@ -65,12 +67,18 @@ class Output:
                 gen_ms += item.gen_ms
                 stats.batch_sizes.append(item.batch_size)
                 for frame in self._push(item.samples, seg.index):
+                    if start is not None:
+                        yield start
+                        start = None
                     yield frame
                 if production.cancelled:
                     return
                 if item.last:
                     break
             for frame in self._emit(self._framer.flush(), seg.index):
+                if start is not None:
+                    yield start
+                    start = None
                 yield frame
             if production.cancelled:
                 return
@@ -78,6 +86,8 @@ class Output:
             production.lookahead.release()
             stats.num_segments += 1
             stats.text_done = max(stats.text_done, seg.unit.end)
+            if start is not None:
+                yield start
             if wants_events():
                 yield SegmentEnded(seg.index, stats.samples_out, queue_ms, gen_ms)
         if production.cancelled:

@@ -16,7 +16,8 @@ serve: $(VENV)/.installed-serve
 
 # Three pytest processes, each file whole in one (pytest-xdist): many tests wait on servers, sockets and
 # timeouts, so a third process overlaps those waits on a 2-core machine; PYTEST_ARGS= runs them in this one.
-PYTEST_ARGS ?= -n 3 --dist loadfile
+# --durations: CI's log lists the slowest tests, to keep the whole run under 15 minutes.
+PYTEST_ARGS ?= -n 3 --dist loadfile --durations=15
 
 test: $(VENV)/.installed-test $(PLUGIN_VENV)/.installed
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

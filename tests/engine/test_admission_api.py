@@ -134,9 +134,9 @@ def test_a_flood_is_refused_on_arrival_by_the_web_process_and_a_normal_load_is_n
 
     def session_probe(c: SessionClient) -> list[dict[str, Any]]:
         """Session-mode turns opened while the flood is being refused, one after another until one is refused
-        (as it opens, or at its first segment): the messages of every turn. A turn that no refusal reached within 2 s was admitted (the flood let up for
-        a moment, or the worker refuses later than that): it is cancelled and the next one opened, so no turn
-        waits on the work queued ahead of it."""
+        (as it opens, or at its first segment): the messages of every turn. A turn that no refusal reached within
+        2 s was admitted (the flood let up for a moment, or the worker refuses later than that): it is cancelled
+        and the next one opened, so no turn waits on the work queued ahead of it."""
         turns: list[dict[str, Any]] = []
         for i in itertools.count():
             if not flooding.is_set():

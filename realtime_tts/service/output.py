@@ -30,6 +30,9 @@ class Output:
         self._stats = stats
         self._sample_rate = sample_rate
         self._production: Production | None = None
+        # The segment.start not sent yet: _emit sends it with the segment's first frame, so a segment the engine
+        # refuses or fails before any audio (overloaded at its first step) is never announced.
+        self._unannounced: SegmentStarted | None = None
 
     def whole_segments(self) -> None:
         """Frames of a whole segment each (its flush), for a buffered body that nobody plays as it comes: no cutting
@@ -47,11 +50,9 @@ class Output:
                 break
             if isinstance(seg, TTSError):
                 raise seg
-            # Announced with its first frame (or its end, for a segment without audio): a segment the engine
-            # refuses or fails before any audio (overloaded at its first step) gets no segment.start.
-            start: SegmentStarted | None = None
             if wants_events():
-                start = SegmentStarted(seg.index, seg.unit.text, seg.unit.start, seg.unit.end, stats.samples_out)
+                self._unannounced = SegmentStarted(seg.index, seg.unit.text, seg.unit.start, seg.unit.end,
+                                                   stats.samples_out)
             queue_ms = gen_ms = 0.0
             while True:
                 item = await seg.chunks.get()
@@ -67,18 +68,12 @@ class Output:
                 gen_ms += item.gen_ms
                 stats.batch_sizes.append(item.batch_size)
                 for frame in self._push(item.samples, seg.index):
-                    if start is not None:
-                        yield start
-                        start = None
                     yield frame
                 if production.cancelled:
                     return
                 if item.last:
                     break
             for frame in self._emit(self._framer.flush(), seg.index):
-                if start is not None:
-                    yield start
-                    start = None
                 yield frame
             if production.cancelled:
                 return
@@ -86,8 +81,9 @@ class Output:
             production.lookahead.release()
             stats.num_segments += 1
             stats.text_done = max(stats.text_done, seg.unit.end)
-            if start is not None:
-                yield start
+            if self._unannounced is not None:  # a segment without audio: announced at its end
+                yield self._unannounced
+                self._unannounced = None
             if wants_events():
                 yield SegmentEnded(seg.index, stats.samples_out, queue_ms, gen_ms)
         if production.cancelled:
@@ -97,15 +93,19 @@ class Output:
             yield frame
         stats.t_end = time.perf_counter()
 
-    def _push(self, samples: np.ndarray, index: int) -> Iterator[AudioFrame]:
+    def _push(self, samples: np.ndarray, index: int) -> Iterator[Event]:
         return self._emit(self._framer.push(to_pcm16(self._pacer.push(samples))), index)
 
-    def _emit(self, frames: list[bytes], index: int) -> Iterator[AudioFrame]:
-        """Frames as they are sent: counted one by one as the consumer takes each (deadlines read the count).
+    def _emit(self, frames: list[bytes], index: int) -> Iterator[Event]:
+        """Frames as they are sent, the first after its segment's pending segment.start: counted one by one as the
+        consumer takes each (deadlines read the count).
         None after a cancel: one engine chunk can be seconds of audio (a whole sentence on the CPU voice), so
         the cancel is checked before every frame, not once per chunk."""
         for pcm in frames:
             if self._production is not None and self._production.cancelled:
                 return
+            if self._unannounced is not None:
+                yield self._unannounced
+                self._unannounced = None
             self._stats.note_audio(len(pcm) // 2)
             yield AudioFrame(pcm, index)

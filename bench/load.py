@@ -162,7 +162,7 @@ def hist_quantile(buckets: list[tuple[float, float]], q: float) -> float:
 
 
 def server_delta(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
-                 after: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
+                 after: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, Any]:
     """What the server counted between two scrapes (counters and histograms only grow)."""
     def d(name: str, labels: tuple[tuple[str, str], ...] = ()) -> float:
         return after.get((name, labels), 0.0) - before.get((name, labels), 0.0)
@@ -172,6 +172,15 @@ def server_delta(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
     buckets = sorted((float(dict(lb)["le"]), after[(n, lb)] - before.get((n, lb), 0.0))
                      for (n, lb) in after if n == p + "step_seconds_bucket")
     segments = d(p + "batch_size_count")
+    # segments per diffusion step count (realtime_tts_segment_steps buckets: one per count from 16 to 32)
+    steps_cum = sorted((float(dict(lb)["le"]), after[(n, lb)] - before.get((n, lb), 0.0))
+                       for (n, lb) in after if n == p + "segment_steps_bucket")
+    step_counts: dict[str, float] = {}
+    prev = 0.0
+    for le, n in steps_cum:
+        if n > prev and le != float("inf"):
+            step_counts[f"{le:g}"] = n - prev
+        prev = n
 
     def per_worker(name: str, **labels: str) -> float:  # summed over the worker label
         return sum(v - before.get((n, lb), 0.0) for (n, lb), v in after.items()
@@ -185,7 +194,8 @@ def server_delta(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
             "host_s": per_worker("worker_host_seconds_total"), "gpu_busy_s": per_worker("gpu_busy_seconds_total"),
             "gpu_gap_s": per_worker("gpu_gap_seconds_total"), "codec_s": per_worker("codec_seconds_total"),
             "refused": per_worker("admission_refusals_total", side="worker"),
-            "refused_web": per_worker("admission_refusals_total", side="web")}
+            "refused_web": per_worker("admission_refusals_total", side="web"),
+            "segment_steps": step_counts}
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -223,7 +233,7 @@ def cpu_usage(web_pid: int | None) -> dict[int | str, float]:
 
 
 def measured(url: str, run: Coroutine[Any, Any, dict[str, Any]],
-             web_pid: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+             web_pid: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run one table row between two /metrics scrapes → (row, server-side figures of that run). web_pid: the
     server's web process, whose CPU seconds over the run are reported as web_cpu_s, its children's (the engine
     workers; one that started during the run counts from 0) as workers_cpu_s, and this client's as
@@ -271,7 +281,7 @@ def raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def server_table(rows: list[tuple[str, dict[str, float]]]) -> list[str]:
+def server_table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     nan = float("nan")
     lines = ["", ("Server side (the server's /metrics, difference over each run; step seconds as the worker times "
                   "`backend.step`; percentiles interpolated in the histogram's buckets; batch items: mean over "
@@ -295,6 +305,16 @@ def server_table(rows: list[tuple[str, dict[str, float]]]) -> list[str]:
                      f"| {r.get('refused_web', 0):.0f} + {r['refused']:.0f} "
                      f"| {r.get('web_cpu_s', nan):.2f} / {r.get('workers_cpu_s', nan):.2f} / "
                      f"{r.get('client_cpu_s', nan):.2f} | {r.get('span_s', nan):.1f} |")
+    if any(r.get("segment_steps") for _, r in rows):
+        lines += ["", ("Diffusion steps per segment (the server's realtime_tts_segment_steps histogram over the run): "
+                       "the share of segments at each step count; fewer than the default only where load-adaptive "
+                       "steps cut them."), "", "| run | segments | share by steps |", "|---|---|---|"]
+        for name, r in rows:
+            counts = r.get("segment_steps") or {}
+            total = sum(counts.values())
+            share = ", ".join(f"{k}: {100 * v / total:.1f}%" for k, v in
+                              sorted(counts.items(), key=lambda kv: -float(kv[0]))) if total else "-"
+            lines.append(f"| {name} | {total:.0f} | {share} |")
     return lines
 
 

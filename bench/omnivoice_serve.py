@@ -75,7 +75,8 @@ def main() -> None:
     p.add_argument("--ramp-s", type=float, default=1.0, help="agents' first turns start spread over this long")
     p.add_argument("--load", default="40", help="requests in the load test, comma-separated runs (0 = skip)")
     p.add_argument("--rate", default="10", help="offered requests per second, one per --load run")
-    p.add_argument("--num-step", type=int, default=32)
+    p.add_argument("--num-step", type=int, default=None,
+                   help="num_step on every request (default: none, the server chooses: its num_step, fewer under load)")
     p.add_argument("--protocol", choices=("simple", "session", "auto"), default="simple",
                    help="agents' WS mode (simple: comparable with the earlier runs in bench/results)")
     p.add_argument("--name", default="omnivoice_serve", help="results file stem")
@@ -130,7 +131,7 @@ def main() -> None:
     else:
         url = args.url.rstrip("/")
     ws_url = url.replace("http", "ws", 1)
-    params: dict[str, Any] = {"num_step": args.num_step}
+    params: dict[str, Any] = {"num_step": args.num_step} if args.num_step is not None else {}
     agent_rows: list[dict[str, Any]] = []
     agent_server: list[tuple[str, dict[str, float]]] = []
     # bench/load.py's agents in this bench's shape: word by word at a fixed pace, simple mode (the shape of the
@@ -172,7 +173,7 @@ def main() -> None:
         f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
         f"- machine: {platform.node()}, {os.cpu_count()} CPU cores, {device_name()}, Python {platform.python_version()}",
         f"- versions: {versions()}",
-        f"- checkpoint: {ckpt or args.url} (random weights); num_step {args.num_step}; LLM pace {args.words_per_s} words/s",
+        f"- checkpoint: {ckpt or args.url} (random weights); num_step {args.num_step or 'none sent: the server chooses'}; LLM pace {args.words_per_s} words/s",
         f"- workers at the end: {json.dumps(health.get('engines', {}).get('omnivoice', {}).get('workers'))}",
         "", "## Agents streaming 3-sentence replies into WS /v1/stream/text, playing in real time", "",
         (f"{conv.turns} turn(s) per agent, {args.gap_s:g} s of user turn between replies (after the reply has "

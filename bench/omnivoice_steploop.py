@@ -233,6 +233,7 @@ def main() -> None:
 
     from realtime_tts.engine import ipc
     from realtime_tts.gpu_worker import loop as loop_mod
+    from realtime_tts.gpu_worker.backend import ModelBackend
 
     ckpt = Path(args.ckpt)
     if not (ckpt / "model.safetensors").exists():
@@ -248,7 +249,7 @@ def main() -> None:
                                 dtype="bf16" if args.device.startswith("cuda") else "fp32",
                                 max_batch_tokens=args.max_batch_tokens, codec_graph_frames=400,
                                 precision="reference", swiglu_gemm_min_tokens=8192)
-    backend = loop_mod.ModelBackend(options)
+    backend = ModelBackend(options)
     print(f"backend ready in {time.perf_counter() - t0:.1f} s", flush=True)
     if args.null_decode:
         hop = backend.model.codec.hop_length  # samples per frame

@@ -63,6 +63,12 @@ class OmniVoiceConfig:
     # gain ~10% throughput with a larger budget (B=16 design 214 xRT vs B=128 243 on the H200).
     max_batch_tokens: int = _doc("Token budget per diffusion step across the running batch (larger: more "
                                  "throughput for bulk work, longer steps for everyone).", default=4096)
+    num_step: int = _doc("Diffusion steps of a segment whose request names none (the released model's 32; the "
+                         "OmniVoice authors give 16 as the faster setting). A request's own num_step is always "
+                         "honoured.", default=32)
+    min_num_step: int = _doc("Load-adaptive steps: the fewest steps a segment gets when the worker's measured "
+                             "step times say num_step would make deadlines late (a segment gets num_step "
+                             "whenever the card carries it); equal to num_step = off.", default=16)
     latency_batch_tokens: int = _doc("Smaller step budget while a first segment (or a stream segment about to "
                                      "run dry) is generating: shorter steps, sooner first audio; 0 = off.",
                                      default=1024)
@@ -348,6 +354,9 @@ def validate(cfg: Config) -> None:
     check(cfg.omnivoice.device in ("auto", "cuda", "cpu"), f"device must be auto, cuda or cpu, got {cfg.omnivoice.device!r}")
     check(cfg.omnivoice.gpus >= 0, f"gpus must be >= 0, got {cfg.omnivoice.gpus}")
     check(cfg.omnivoice.max_batch_tokens >= 1, f"max_batch_tokens must be >= 1, got {cfg.omnivoice.max_batch_tokens}")
+    check(1 <= cfg.omnivoice.num_step <= 64, f"num_step must be 1..64, got {cfg.omnivoice.num_step}")
+    check(1 <= cfg.omnivoice.min_num_step <= cfg.omnivoice.num_step,
+          f"min_num_step must be 1..num_step ({cfg.omnivoice.num_step}), got {cfg.omnivoice.min_num_step}")
     check(cfg.omnivoice.codec_graph_frames >= 0,
           f"codec_graph_frames must be >= 0, got {cfg.omnivoice.codec_graph_frames}")
     check(cfg.omnivoice.swiglu_gemm_min_tokens >= 0,

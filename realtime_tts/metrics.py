@@ -16,6 +16,9 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 _DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# Every count load-adaptive steps chooses between the usual floor (16) and default (32), so the share of
+# segments at each count reads off the buckets exactly.
+_STEP_BUCKETS = (1, 2, 4, 8, 12, *range(16, 33), 48, 64)
 _RTF_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -41,6 +44,9 @@ class Metrics:
                                          registry=r)
         self.batch_size = Histogram(p + "batch_size", "Engine batch size per segment.",
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
+        self.segment_steps = Histogram(p + "segment_steps", "Diffusion steps per segment (OmniVoice: fewer than "
+                                       "num_step only when load-adaptive steps cut them).",
+                                       buckets=_STEP_BUCKETS, registry=r)
         self.step_seconds = Histogram(p + "step_seconds", "Diffusion step time (OmniVoice engine).",
                                       buckets=_LATENCY_BUCKETS, registry=r)
         self.cuda_graph_hits_total = Counter(p + "cuda_graph_hits_total", "Steps run from a captured graph.",

@@ -288,9 +288,12 @@ class SessionSocket:
                 flags = FLAG_SEGMENT_END | (FLAG_SEGMENT_START if wire.segment_start else 0)
                 wire.segment_start = False
                 frames.append(self._audio(cid, wire, flags, b""))
-            frames.append(_json({"type": "segment.end", "context_id": cid, "segment_index": ev.segment_index,
-                                 "audio_end_sample": wire.at_wire_rate(ev.audio_end_sample),
-                                 "queue_ms": round(ev.queue_ms, 2), "gen_ms": round(ev.gen_ms, 2)}))
+            end: dict[str, Any] = {"type": "segment.end", "context_id": cid, "segment_index": ev.segment_index,
+                                   "audio_end_sample": wire.at_wire_rate(ev.audio_end_sample),
+                                   "queue_ms": round(ev.queue_ms, 2), "gen_ms": round(ev.gen_ms, 2)}
+            if ev.num_steps is not None:
+                end["num_steps"] = ev.num_steps
+            frames.append(_json(end))
             return frames
         if isinstance(ev, Words):
             return [_json({"type": "words", "context_id": cid, "segment_index": ev.segment_index,

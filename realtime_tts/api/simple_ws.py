@@ -249,7 +249,7 @@ class SimpleSession:
 
     def _at_wire_rate(self, ev: SegmentStarted | SegmentEnded, synth: Synthesis) -> dict[str, Any]:
         """A segment event with its sample offsets counted at the rate the client receives."""
-        obj = dataclasses.asdict(ev)
+        obj = {k: v for k, v in dataclasses.asdict(ev).items() if not (k == "num_steps" and v is None)}
         for key in ("audio_start_sample", "audio_end_sample"):
             if key in obj:
                 obj[key] = round(obj[key] * self.out.sample_rate / synth.sample_rate)

@@ -57,7 +57,7 @@ class SegmentRequest:
     language: str | None = None
     speed: float = 1.0
     duration_s: float | None = None  # fixes the target length (overrides the estimate)
-    num_step: int = 32
+    num_step: int | None = None  # diffusion steps (OmniVoice); None: the engine's default, fewer under load
     guidance_scale: float = 2.0
     temperature: float = 0.0  # token (class) temperature; 0 = argmax
     position_temperature: float = 5.0
@@ -82,6 +82,7 @@ class AudioChunk:
     queue_ms: float = 0.0  # waited before generation started (first chunk of a segment)
     gen_ms: float = 0.0  # engine time spent generating this segment
     batch_size: int = 1  # items in the batch that produced it (mean over steps where batched)
+    num_steps: int = 0  # diffusion steps that produced it (0: not a diffusion engine)
     prompt: VoicePrompt | None = None  # SegmentRequest.keep_codes: this segment's output as a voice prompt
 
 

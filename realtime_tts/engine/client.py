@@ -185,13 +185,15 @@ def estimate_tokens(submit: ipc.Submit, tokens_per_char: float) -> int:
     return round(tokens_per_char * chars) + frames if tokens_per_char > 0 else 0
 
 
-def predicted_start(w: _Worker, submit: ipc.Submit, now_s: float, max_wait_s: float) -> admission.Decision:
+def predicted_start(w: _Worker, submit: ipc.Submit, now_s: float, max_wait_s: float,
+                    default_num_step: int) -> admission.Decision:
     """The web process's admission decision for a first segment on worker w (engine/admission.py's arithmetic on
-    w's last report plus the first segments sent to it since): admit while the worker is cold."""
+    w's last report plus the first segments sent to it since): admit while the worker is cold. A segment the
+    worker chooses the steps of counts at the default count, the most it gets."""
     tokens = estimate_tokens(submit, w.tokens_per_char)
     if w.backlog is None or tokens <= 0:
         return admission.Decision(True, 0.0, 0)
-    wait_s = w.backlog.wait_s(now_s, w.unseen_tokens(), tokens, submit.num_step)
+    wait_s = w.backlog.wait_s(now_s, w.unseen_tokens(), tokens, submit.num_step or default_num_step)
     return admission.decide(wait_s, max_wait_s)
 
 
@@ -216,7 +218,7 @@ def to_submit(request: SegmentRequest) -> ipc.Submit:
         raise errors.BadRequest(f"language: unknown language {request.language!r}; use an ISO code or an "
                                 "English language name, or omit it", field="language")
     omnivoice_text.validate_speed_duration(request.speed, request.duration_s)
-    if not 1 <= request.num_step <= 64:
+    if request.num_step is not None and not 1 <= request.num_step <= 64:
         raise errors.BadRequest(f"num_step must be within 1..64, got {request.num_step}", field="num_step")
     if not 0.0 <= request.guidance_scale <= 20.0:
         raise errors.BadRequest(f"guidance_scale must be within 0..20, got {request.guidance_scale}",
@@ -354,6 +356,8 @@ class OmniVoiceEngine:
                                     dtype=self._config.omnivoice.dtype if w.device != "cpu" else "fp32",
                                     max_batch_tokens=self._config.omnivoice.max_batch_tokens,
                                     latency_batch_tokens=self._config.omnivoice.latency_batch_tokens,
+                                    num_step=self._config.omnivoice.num_step,
+                                    min_num_step=self._config.omnivoice.min_num_step,
                                     admit_interval_s=self._config.omnivoice.admit_interval_ms / 1000.0,
                                     admission_wait_s=self._config.omnivoice.admission_wait_ms / 1000.0,
                                     policy=self._config.omnivoice.scheduler_policy,
@@ -543,7 +547,8 @@ class OmniVoiceEngine:
         others = [] if submit.prompt_from is not None else [o for o in self._workers if o is not w and o.status == "ok"]
         best: admission.Decision | None = None
         for candidate in (w, *others):
-            decision = predicted_start(candidate, submit, now, self._admission_wait_s)
+            decision = predicted_start(candidate, submit, now, self._admission_wait_s,
+                                       self._config.omnivoice.num_step)
             if decision.admit:
                 return candidate
             if best is None or decision.wait_s < best.wait_s:
@@ -594,7 +599,7 @@ class OmniVoiceEngine:
                                              _GENERATED_RMS, key=f"gen:{rid}", generated=True)
                     yield AudioChunk(samples=samples, last=message.last, queue_ms=message.queue_ms,
                                      gen_ms=message.gen_ms, batch_size=max(1, round(message.batch_size)),
-                                     prompt=prompt)
+                                     num_steps=message.num_steps, prompt=prompt)
                     if finished:
                         return
                 elif isinstance(message, ipc.Failed):

@@ -38,6 +38,12 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     dtype: str  # bf16 | fp16 | fp32
     max_batch_tokens: int
     latency_batch_tokens: int = 0  # 0 = no smaller budget for first segments
+    # Diffusion steps of a segment whose request names none: num_step while the card carries it, fewer (down
+    # to min_num_step; = num_step: off) only when it could not (gpu_worker/steps.py), demand held to
+    # step_headroom of the measured capacity.
+    num_step: int = 32
+    min_num_step: int = 16
+    step_headroom: float = 0.9
     admit_interval_s: float = 0.0  # new segments join a running batch at most this often (0 = every step)
     admission_wait_s: float = 0.0  # refuse a request's first segment predicted to start later than this; 0 = never
     num_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
@@ -64,7 +70,7 @@ class Submit(msgspec.Struct, tag="submit", frozen=True):
     language: str | None = None
     speed: float = 1.0
     duration_s: float | None = None
-    num_step: int = 32
+    num_step: int | None = None  # None: the worker chooses (WorkerOptions.num_step, fewer under load)
     guidance_scale: float = 2.0
     temperature: float = 0.0
     position_temperature: float = 5.0
@@ -132,6 +138,7 @@ class Audio(msgspec.Struct, tag="audio", frozen=True):
     batch_size: float = 1.0  # mean items per step over this segment's steps
     codes: bytes = b""  # Submit.keep_codes: the generated codes, int16 little-endian [num_codebooks, frames]
     num_codebooks: int = 0
+    num_steps: int = 0  # diffusion steps the segment ran (0: not a diffusion engine)
 
 
 class VoiceEncoded(msgspec.Struct, tag="voice_encoded", frozen=True):

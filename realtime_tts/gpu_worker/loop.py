@@ -1,9 +1,9 @@
 """The OmniVoice worker process: loads the model on one device and runs the step loop.
 
-Loop: take messages → admit segments to the scheduler → run one diffusion step for the batch it picks →
-retire finished segments to the decode thread, which decodes them together and sends their audio. Spawned by
-engine/client.py; torch and realtime_tts.model are imported only inside main() (the web process imports this
-module for the target).
+Loop: take messages → admit segments to the scheduler (each with the step count steps.py chooses) → run one
+diffusion step for the batch it picks → retire finished segments to the decode thread, which decodes them
+together and sends their audio. Spawned by engine/client.py; torch and realtime_tts.model are imported only
+inside main(), through backend.ModelBackend (the web process imports this module for the target).
 """
 
 from __future__ import annotations
@@ -13,307 +13,30 @@ import dataclasses
 import logging
 import os
 import queue
-import random
 import threading
 import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
 from realtime_tts import errors
 from realtime_tts.engine import ipc
 from realtime_tts.engine.admission import running_by_steps_left
-from realtime_tts.engine.base import VoicePrompt
 from realtime_tts.gpu_worker.admission import Admission, StepClock
+from realtime_tts.gpu_worker.backend import Backend, DeviceTimes, ModelBackend
 from realtime_tts.gpu_worker.prompts import Generated, Gone, PromptBook
 from realtime_tts.gpu_worker.scheduler import Scheduler, StepPlan, StepTimeModel
+from realtime_tts.gpu_worker.steps import StepChooser, Work, due_s
 from realtime_tts.thread_sampler import StackSampler
 
 log = logging.getLogger("realtime_tts.worker")
 # What the step loop takes: messages from the web process, and the loop's own notes from the decode thread.
 Inbox = queue.Queue[ipc.ToWorker | Generated | Gone]
-# Decoded prompts a worker keeps (saved voices, conversation prompts): a hot voice is made into tensors once.
-PROMPT_CACHE_SIZE = 256
 # The step loop's own host work per step (scheduler, bookkeeping), added to the measured step times.
 _LOOP_HOST_S = 0.0003
-
-
-class Backend(Protocol):
-    """What the loop needs from the model side (ModelBackend below, which steps through gpu_worker/runner's
-    StepRunner). Tensors stay inside; the loop only sees opaque per-segment states."""
-
-    device: str
-    model_name: str
-    sample_rate: int
-    max_batch_items: int  # the largest batch a step runs well (CUDA: the largest captured graph width)
-    max_batch_tokens: int  # the largest step it runs well (CUDA: the largest token bucket)
-    token_buckets: tuple[int, ...]  # a step costs the smallest of these holding its tokens (() = no buckets)
-    step_points: list[tuple[int, float]] | None  # measured (tokens, seconds) of one step per size, or None
-
-    def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
-        """→ (state, tokens it adds to a step, number of steps). Raises errors.TTSError on bad input."""
-
-    def step(self, states: list[Any]) -> None:
-        """One diffusion step for every state (each at its own step index). May return before the device has
-        run it: decode() waits for what it needs."""
-
-    def release(self, state: Any) -> None:
-        """Drop an unfinished state (cancelled or failed): free what it holds on the device."""
-
-    def decode(self, states: list[Any]) -> list[bytes]:
-        """Finished states → float32 little-endian mono audio, one per state, batched. Called from the loop's
-        decode thread while the loop thread steps."""
-
-    def bind_thread(self) -> None:
-        """Run once in the decode thread before its first decode (e.g. select the device)."""
-
-    def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt: ...
-
-    def codes(self, state: Any) -> tuple[bytes, int]:
-        """A finished state's generated codes: (int16 little-endian [num_codebooks, frames], num_codebooks).
-        Called from the decode thread (waits for the device like decode)."""
-
-    def counters(self) -> tuple[int, int]:
-        """(CUDA graph hits, misses) so far."""
-
-    def device_times(self) -> DeviceTimes:
-        """Cumulative device-side timings so far (zeros where not measured, e.g. on the CPU)."""
-
-    def idle(self) -> None:
-        """The loop has nothing to run now (the time until its next step is no gap between steps)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceTimes:
-    """Cumulative seconds: the loop blocked waiting for the device to catch up (inside step()), the device
-    running steps, the device idle between steps while the loop was busy, the device running codec decodes; and
-    cumulative counts of codec calls and of the items they decoded."""
-
-    wait_s: float = 0.0
-    busy_s: float = 0.0
-    gap_s: float = 0.0
-    codec_s: float = 0.0
-    codec_calls: int = 0  # codec calls (graph replays + eager calls) and the items they decoded
-    codec_items: int = 0
-
-
-class ModelBackend:
-    """Backend over realtime_tts.model, stepping through gpu_worker/runner.StepRunner (CUDA: fused Triton
-    backbone + CUDA graphs per bucket with eager fallback; CPU: the model's eager packed step) and decoding
-    finished segments together through the codec. torch is imported here, inside the worker process.
-    """
-
-    def __init__(self, options: ipc.WorkerOptions) -> None:
-        import torch
-
-        from realtime_tts import model as ov
-        from realtime_tts.gpu_worker.runner import StepRunner
-
-        # Decodes run in the loop's decode thread while steps run here; a CUDA graph capture must not see
-        # another thread's CUDA work (global capture mode), so captures and decodes exclude each other.
-        self._cuda_lock = threading.Lock()
-        if options.num_threads > 0:
-            torch.set_num_threads(options.num_threads)
-        if options.device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(options.device))
-        self._ov = ov
-        self.model = ov.OmniVoiceModel.from_pretrained(options.model_dir, dtype=options.dtype,
-                                                       device=options.device)
-        # Room for every bucket serving_keys() lists (~290 at a 16k budget; each holds only its small static
-        # inputs, the graphs share one memory pool).
-        self.runner = StepRunner(self.model, max_graphs=400, max_slots=options.max_active,
-                                 codec_graph_frames=options.codec_graph_frames, precision=options.precision,
-                                 swiglu_gemm_min_tokens=options.swiglu_gemm_min_tokens,
-                                 capture_lock=self._cuda_lock)
-        self._budget = options.max_batch_tokens
-        self._policy = options.policy
-        self.device = options.device
-        self.model_name = os.path.basename(options.model_dir.rstrip("/"))
-        self.sample_rate = int(self.model.codec.sample_rate)
-        if self.runner.use_graphs:
-            self.max_batch_items = max(self.runner.batch_buckets)
-            self.max_batch_tokens = max(self.runner.token_buckets)
-            self.token_buckets: tuple[int, ...] = tuple(self.runner.token_buckets)
-        else:
-            self.max_batch_items, self.max_batch_tokens, self.token_buckets = 256, 1 << 30, ()
-        self._rng = random.Random()
-        self._prompts: collections.OrderedDict[str, Any] = collections.OrderedDict()  # key → ClonePrompt
-        self.step_points: list[tuple[int, float]] | None = None
-        # Codec decodes run on their own stream (decode thread), beside the steps instead of between them.
-        self._decode_stream: Any = (torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
-                                    if self.model.device.type == "cuda" else None)
-        self._codec_s = 0.0  # device time of the decodes (timing events on the decode stream)
-        if self.model.device.type == "cuda":
-            self._warm_up()
-
-    def _warm_up(self, capture_s: float = 30.0) -> None:
-        """Compile the Triton kernels and load cuBLAS/codec before Ready, so no request pays for it; then capture
-        the CUDA graphs of the buckets serving lands in. Captured on first use instead, they stalled the
-        worker mid-serving (H200 run: captures of up to 1.0 s during the agent runs; N=25 had a worse p95
-        than N=50). bench/omnivoice_sched_sim.py --keys: these buckets cover every step of the bench's runs."""
-        import torch
-
-        state, _, num_steps = self.prepare(ipc.Submit("warm-up", "Warm up.", duration_s=1.0, num_step=2, seed=0))
-        for _ in range(num_steps):
-            self.step([state])
-        self.decode([state])
-        # The codec's Snake kernel (kernels/snake.py) compiles one variant per tile width and per divisibility
-        # of its strides by 16, i.e. per length mod 16 at each decoder stage: 1-16 frames cover them all. Left
-        # to the first requests, those compiles stalled the decode thread (H200 call 4: 25 agents' p95 first
-        # audio 775 ms, against 154 ms at 100 agents run after them).
-        self.model.codec.decode([torch.zeros(self.model.num_codebooks, t, dtype=torch.long) for t in range(1, 17)])
-        # the padded batches' masked kernels and the codec graphs serving decodes land in (codec_graphs.py)
-        t0 = time.perf_counter()
-        if num_codec := self.runner.warm_codec():
-            log.info("captured %d codec graphs in %.1f s", num_codec, time.perf_counter() - t0)
-        if self.runner.use_graphs:
-            budget = min(self._budget, self.max_batch_tokens)
-            t0 = time.perf_counter()
-            keys = self.runner.serving_keys(budget)
-            captured = self.runner.capture_startup(budget, max_seconds=capture_s, keys=keys)
-            log.info("captured %d of %d serving graph buckets in %.1f s", captured, len(keys),
-                     time.perf_counter() - t0)
-            # The deadline policy plans with these; the log line is also the step-time model the scheduler
-            # simulation reads (bench/omnivoice_serve.py saves it, bench/omnivoice_costs.py), under any policy.
-            self.step_points = self._time_steps(budget)
-            log.info("step times (tokens: ms): %s", ", ".join(f"{n}: {1000 * s:.2f}" for n, s in self.step_points))
-
-    def _time_steps(self, max_tokens: int, reps: int = 3) -> list[tuple[int, float]]:
-        """(token bucket, seconds of one step) on this device for every token bucket up to max_tokens, each
-        timed on a batch of real 2.4 s sentences that fills it (what the deadline scheduler plans with)."""
-        import statistics
-
-        import torch
-
-        base, item_tokens, _ = self.prepare(ipc.Submit("calibrate", "One two three four five six seven.",
-                                                       duration_s=2.4, seed=0))
-        points = []
-        for bucket in self.runner.token_buckets:
-            if bucket > max_tokens:
-                break
-            num = min(self.max_batch_items, max(1, bucket // item_tokens))
-            states = [self._ov.ItemState.start(base.item) for _ in range(num)]
-            self.runner.step(states)  # lays the batch out (captures its graph if start-up did not)
-            times = []
-            for _ in range(reps):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                self.runner.step(states)
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-            for s in states:
-                self.runner.release(s)
-            points.append((bucket, statistics.median(times)))
-        return points
-
-    def _clone_prompt(self, p: ipc.Prompt) -> Any:
-        """ipc.Prompt → ClonePrompt (codes as a tensor), through the LRU when the prompt has a key."""
-        key = p.key
-        prompt = self._prompts.get(key) if key is not None else None
-        if key is not None and prompt is not None and prompt.ref_text == p.ref_text \
-                and prompt.codes.shape[-1] == p.num_frames:
-            self._prompts.move_to_end(key)
-            return prompt
-        prompt = self._ov.ClonePrompt.from_voice_prompt(VoicePrompt("omnivoice", p.ref_text, p.codes,
-                                                                    p.num_codebooks, p.num_frames, p.ref_rms))
-        if p.key is not None:
-            self._prompts[p.key] = prompt
-            while len(self._prompts) > PROMPT_CACHE_SIZE:
-                self._prompts.popitem(last=False)
-        return prompt
-
-    def prepare(self, submit: ipc.Submit) -> tuple[Any, int, int]:
-        ov = self._ov
-        prompt = self._clone_prompt(submit.prompt) if submit.prompt is not None else None
-        params = ov.DecodeParams(num_step=submit.num_step, guidance_scale=submit.guidance_scale,
-                                 position_temperature=submit.position_temperature,
-                                 class_temperature=submit.temperature)
-        # No seed: a fresh one, so repeated requests vary; with a seed the audio is reproducible and does
-        # not depend on which other segments share the batch (per-item counter-based noise).
-        seed = submit.seed if submit.seed is not None else self._rng.getrandbits(62)
-        item = ov.prepare(self.model, submit.text, language=submit.language, instruct=submit.instruct,
-                          prompt=prompt, speed=submit.speed, duration_s=submit.duration_s, params=params,
-                          denoise=submit.denoise, seed=seed)
-        if submit.prompt is not None and submit.prompt.generated:
-            item = dataclasses.replace(item, ref_rms=None)  # loudness as auto/design audio (match_loudness)
-        self.runner.check(item)
-        state = ov.ItemState.start(item)  # on the host: the runner copies it into a device slot at its first step
-        return state, item.num_tokens, len(item.reveal)
-
-    def step(self, states: list[Any]) -> None:
-        self.runner.step(states)
-
-    def release(self, state: Any) -> None:
-        self.runner.release(state)
-
-    def decode(self, states: list[Any]) -> list[bytes]:
-        with self._cuda_lock:
-            stream = self._decode_stream
-            if stream is None:
-                waves = self.runner.decode(states)
-            else:
-                import torch
-
-                for event in {id(s.ready): s.ready for s in states if s.ready is not None}.values():
-                    stream.wait_event(event)  # the grids were copied out of their slots on the step stream
-                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                # the decode thread sleeps until its decode is done instead of polling the driver (host_copy.py)
-                end = torch.cuda.Event(enable_timing=True, blocking=True)  # type: ignore[no-untyped-call]
-                with torch.cuda.stream(stream):
-                    start.record()
-                    waves = self.runner.decode(states)  # its copy to the host waits for the decode
-                    end.record()
-                end.synchronize()
-                self._codec_s += start.elapsed_time(end) / 1000.0
-        return [self._ov.fade_edges(self._ov.match_loudness(w, s.item.ref_rms), self.sample_rate).astype("<f4")
-                .tobytes() for w, s in zip(waves, states, strict=True)]
-
-    def bind_thread(self) -> None:
-        if self.device.startswith("cuda"):
-            import torch
-
-            with self._cuda_lock:  # not while a capture runs
-                torch.cuda.set_device(torch.device(self.device))  # per thread: the decode thread's default is cuda:0
-
-    def encode_prompt(self, audio: bytes, sample_rate: int, ref_text: str) -> ipc.Prompt:
-        import numpy as np
-
-        wave = np.frombuffer(audio, dtype="<f4").astype(np.float32)
-        with self._cuda_lock:  # the codec is the decode thread's too
-            vp = self.model.encode_prompt(wave, sample_rate, ref_text).to_voice_prompt()
-        return ipc.Prompt(vp.ref_text, vp.codes, vp.num_codebooks, vp.num_frames, vp.ref_rms)
-
-    def codes(self, state: Any) -> tuple[bytes, int]:
-        from realtime_tts.gpu_worker.host_copy import to_host
-
-        stream = self._decode_stream
-        if stream is None or state.ready is None:  # CPU: the grid is on the host already
-            grid = to_host(state.tokens)
-        else:
-            import torch
-
-            # On the decode stream, behind the step that copied the grid out of its slot (state.ready) and nothing
-            # else: a copy on the default stream (the steps') would also wait for the steps queued after it.
-            with torch.cuda.stream(stream):
-                stream.wait_event(state.ready)
-                grid = to_host(state.tokens)
-        codes = grid.numpy().astype("<i2")  # [8, frames]
-        return codes.tobytes(), int(codes.shape[0])
-
-    def counters(self) -> tuple[int, int]:
-        """(CUDA graph hits, misses) so far."""
-        return self.runner.stats.graph_hits, self.runner.stats.graph_misses
-
-    def device_times(self) -> DeviceTimes:
-        st = self.runner.stats
-        calls, items = self.runner.codec_counts()
-        return DeviceTimes(st.wait_s, st.gpu_busy_s, st.gpu_gap_s, self._codec_s, calls, items)
-
-    def idle(self) -> None:
-        self.runner.idle()
 
 
 @dataclass(slots=True)
@@ -327,10 +50,11 @@ class _Activity:
     tokens: int = 0  # sum of tokens per step
     step_s: float = 0.0  # host time in backend.step (includes waiting for the GPU to catch up)
     host_s: float = 0.0  # the loop's own work per step: the whole iteration less the waits for the GPU
-    start: DeviceTimes = DeviceTimes()  # the backend's device times when the window opened
+    start: DeviceTimes = dataclasses.field(default_factory=DeviceTimes)  # the backend's device times when the window opened
     decodes: int = 0
     decoded: int = 0  # segments decoded
     decode_s: float = 0.0
+    chosen: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)  # steps chosen
 
     def line(self, now: float, times: DeviceTimes) -> str:
         span = max(1e-9, now - self.since)
@@ -345,7 +69,8 @@ class _Activity:
                 f"{1000 * gap / per:.2f} ms per step, codec {100 * (times.codec_s - self.start.codec_s) / span:.0f}% "
                 f"of the GPU, {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each, "
                 f"{calls} codec calls of {(times.codec_items - self.start.codec_items) / max(1, calls):.1f} "
-                f"items")
+                f"items" + (", steps chosen " + ", ".join(f"{n}×{c}" for n, c in sorted(self.chosen.items()))
+                             if self.chosen else ""))
 
 
 @dataclass(slots=True)
@@ -367,6 +92,7 @@ class _Segment:
     submitted_s: float
     priority: int
     keep_codes: bool = False  # Submit.keep_codes: codes go back with the audio and to dependents
+    num_steps: int = 0  # diffusion steps it runs (named by the request or chosen at admission)
     queue_ms: float = 0.0
     sum_batch: int = 0  # sum over its steps of the batch size, for the mean
     num_steps_run: int = 0
@@ -447,6 +173,10 @@ class WorkerLoop:
         # admission_wait_s is refused at once (Overloaded + retry-after) instead of queueing without bound.
         self.step_clock = StepClock()
         self.admission = Admission(options.admission_wait_s, budget, self.step_clock)
+        # Load-adaptive steps: a segment that names no num_step gets options.num_step, fewer (down to
+        # min_num_step) only when the step clock says the card could not carry that (steps.py).
+        self.steps = StepChooser(options.num_step, min(options.min_num_step, options.num_step),
+                                 headroom=options.step_headroom)
         self._last_step_end: float | None = None  # perf_counter at the end of the last step while busy
         self._num_submits = 0  # Submits taken (ipc.Stats.num_submits)
         self._tokens_per_char = _Mean()  # tokens of a segment per character of its text (unprompted ones)
@@ -554,6 +284,9 @@ class WorkerLoop:
             self.send(ipc.Failed(submit.request_id, errors.BadRequest.code,
                                  f"request_id {submit.request_id!r} is already in flight", "request_id"))
             return
+        named = submit.num_step is not None
+        if not named:
+            submit = msgspec.structs.replace(submit, num_step=self.steps.num_step)
         try:
             state, num_tokens, num_steps = self.backend.prepare(submit)
         except Exception as exc:  # noqa: BLE001 — bad input or a model error: only this request fails
@@ -569,12 +302,30 @@ class WorkerLoop:
             return
         if submit.prompt is None and submit.prompt_from is None and submit.text:
             self._tokens_per_char.observe(num_tokens / len(submit.text))
+        now = time.monotonic()
+        if not named and self.steps.adaptive:
+            chosen = self.steps.choose(num_tokens, due_s(submit.priority, submit.deadline_s, now),
+                                       self._live_work(), self._capacity())
+            if chosen != num_steps:
+                state, num_steps = self.backend.with_num_steps(state, chosen), chosen
         if submit.priority == 0 and self._refuse(submit.request_id, num_tokens, num_steps):
             self.backend.release(state)
             return
-        self.segments[submit.request_id] = _Segment(state, time.monotonic(), submit.priority, submit.keep_codes)
+        self.steps.admitted(num_tokens, num_steps, chosen=not named)
+        if not named:
+            self._activity.chosen[num_steps] += 1
+        self.segments[submit.request_id] = _Segment(state, now, submit.priority, submit.keep_codes, num_steps)
         self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
                            priority=submit.priority, deadline_s=submit.deadline_s)
+
+    def _live_work(self) -> list[Work]:
+        return [Work(due_s(priority, deadline_s, arrival_s), tokens * steps_left)
+                for priority, deadline_s, arrival_s, tokens, steps_left in self.scheduler.live()]
+
+    def _capacity(self) -> float | None:
+        """Token-steps per second the card carries flat out: a full step's tokens over its measured time."""
+        step_s = self.step_clock.seconds(self.admission.budget)
+        return self.admission.budget / step_s if step_s else None
 
     def _refuse(self, request_id: str, num_tokens: int, num_steps: int) -> bool:
         """A segment that opens a request or turn: refuse it (Overloaded) when the step clock predicts it
@@ -691,7 +442,7 @@ class WorkerLoop:
             self.send(ipc.Audio(request_id, samples, "f32le", self.backend.sample_rate, last=True,
                                 queue_ms=segment.queue_ms, gen_ms=(done - segment.gen_start_s) * 1000.0,
                                 batch_size=segment.sum_batch / max(1, segment.num_steps_run), codes=grid,
-                                num_codebooks=num_codebooks))
+                                num_codebooks=num_codebooks, num_steps=segment.num_steps))
 
     def _maybe_send_stats(self) -> None:
         """At most one report per stats_interval_s, and none while idle and unchanged."""

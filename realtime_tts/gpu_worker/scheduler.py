@@ -421,6 +421,11 @@ class Scheduler:
         running = [(it.num_tokens, it.num_steps - it.steps_done) for it in ahead if it.steps_done]
         return running, sum(it.num_tokens for it in ahead if not it.steps_done)
 
+    def live(self) -> list[tuple[int, float | None, float, int, int]]:
+        """(priority, deadline_s, arrival, tokens, steps left) of every live item (steps.py's view of the load)."""
+        return [(it.priority, it.deadline_s, it.arrival_s, it.num_tokens, it.num_steps - it.steps_done)
+                for it in self._items.values()]
+
     def stats(self) -> SchedulerStats:
         running = sum(1 for it in self._items.values() if it.steps_done > 0)
         return SchedulerStats(len(self._items) - running, running, self._num_steps_run, self._num_finished,

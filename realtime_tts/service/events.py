@@ -27,6 +27,7 @@ class SegmentEnded:
     audio_end_sample: int
     queue_ms: float
     gen_ms: float
+    num_steps: int | None = None  # diffusion steps it ran (OmniVoice: chosen under load); None: not diffusion
 
 
 Event = SegmentStarted | AudioFrame | SegmentEnded

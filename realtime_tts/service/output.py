@@ -54,6 +54,7 @@ class Output:
                 self._unannounced = SegmentStarted(seg.index, seg.unit.text, seg.unit.start, seg.unit.end,
                                                    stats.samples_out)
             queue_ms = gen_ms = 0.0
+            num_steps = 0
             while True:
                 item = await seg.chunks.get()
                 if isinstance(item, Cancelled) or production.cancelled:
@@ -67,6 +68,7 @@ class Output:
                 queue_ms += item.queue_ms
                 gen_ms += item.gen_ms
                 stats.batch_sizes.append(item.batch_size)
+                num_steps = max(num_steps, item.num_steps)
                 for frame in self._push(item.samples, seg.index):
                     yield frame
                 if production.cancelled:
@@ -80,12 +82,14 @@ class Output:
             production.live.pop(seg.index, None)
             production.lookahead.release()
             stats.num_segments += 1
+            if num_steps:
+                stats.num_steps.append(num_steps)
             stats.text_done = max(stats.text_done, seg.unit.end)
             if self._unannounced is not None:  # a segment without audio: announced at its end
                 yield self._unannounced
                 self._unannounced = None
             if wants_events():
-                yield SegmentEnded(seg.index, stats.samples_out, queue_ms, gen_ms)
+                yield SegmentEnded(seg.index, stats.samples_out, queue_ms, gen_ms, num_steps or None)
         if production.cancelled:
             return
         tail = to_pcm16(self._pacer.finish())

@@ -116,3 +116,5 @@ class Service:
         m.audio_seconds_total.labels(engine=st["engine"]).inc(st["audio_duration_ms"] / 1e3)
         for b in synth.batch_sizes:
             m.batch_size.observe(b)
+        for n in synth.num_steps:
+            m.segment_steps.observe(n)

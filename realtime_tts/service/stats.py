@@ -74,6 +74,7 @@ class Stats:
         self.text_done = 0  # text offset where the last finished segment ends (what is spoken, for limits)
         self.first_queue_ms: float | None = None
         self.batch_sizes: list[int] = []
+        self.num_steps: list[int] = []  # diffusion steps of each finished segment, in order (diffusion engines)
         self.rss_start = rss_bytes()
 
     def note_text(self, n: int) -> None:
@@ -107,6 +108,7 @@ class Stats:
             "rtf": round(t_total_ms / audio_ms, 5) if audio_ms > 0 else None,
             "segments": self.num_segments,
             "batch_size_mean": round(float(np.mean(self.batch_sizes)), 3) if self.batch_sizes else None,
+            "num_steps": list(self.num_steps) if self.num_steps else None,
             "engine": caps.engine,
             "model": caps.model,
             "device": caps.device,

@@ -242,6 +242,10 @@ class Synthesis:
     def batch_sizes(self) -> list[int]:
         return self._stats.batch_sizes
 
+    @property
+    def num_steps(self) -> list[int]:
+        return self._stats.num_steps
+
     def stats(self) -> dict[str, Any]:
         """The stats envelope (PROTOCOL.md §5)."""
         return self._stats.envelope(self._engine.capabilities)

@@ -119,7 +119,8 @@ def _worker_log_line(message: str) -> str:
 
 
 def test_the_workers_own_log_lines_parse() -> None:
-    from realtime_tts.gpu_worker.loop import DeviceTimes, _Activity
+    from realtime_tts.gpu_worker.backend import DeviceTimes
+    from realtime_tts.gpu_worker.loop import _Activity
 
     act = _Activity(since=100.0, steps=400, items=400 * 48, tokens=400 * 5400, step_s=400 * 0.012,
                     host_s=400 * 0.008, decodes=30, decoded=60, decode_s=30 * 0.0085)

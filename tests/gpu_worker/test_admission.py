@@ -13,7 +13,8 @@ import pytest
 from realtime_tts import errors
 from realtime_tts.engine import ipc
 from realtime_tts.gpu_worker.admission import Admission, StepClock, start_delay_steps
-from realtime_tts.gpu_worker.loop import ModelBackend, WorkerLoop
+from realtime_tts.gpu_worker.backend import ModelBackend
+from realtime_tts.gpu_worker.loop import WorkerLoop
 from realtime_tts.gpu_worker.scheduler import Scheduler
 
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from realtime_tts.engine import ipc
-from realtime_tts.gpu_worker.loop import ModelBackend, WorkerLoop, device_is_broken
+from realtime_tts.gpu_worker.backend import ModelBackend
+from realtime_tts.gpu_worker.loop import WorkerLoop, device_is_broken
 
 
 def _cuda() -> bool:
@@ -39,9 +40,11 @@ def backend(request: pytest.FixtureRequest, tiny_checkpoint: Path) -> ModelBacke
 
 
 class Harness:
-    def __init__(self, backend: ModelBackend, policy: str = "class") -> None:
+    def __init__(self, backend: ModelBackend, policy: str = "class", num_step: int = 32,
+                 min_num_step: int = 16) -> None:
         options = ipc.WorkerOptions(worker_id=3, model_dir="", device="cpu", dtype="fp32", max_batch_tokens=4096,
-                                    stats_interval_s=0.05, policy=policy)
+                                    stats_interval_s=0.05, policy=policy, num_step=num_step,
+                                    min_num_step=min_num_step)
         self.inbox: queue.Queue[ipc.ToWorker] = queue.Queue()
         self.out: queue.Queue[ipc.FromWorker] = queue.Queue()
         self.loop = WorkerLoop(options, backend, self.inbox, self.out.put)
@@ -280,5 +283,37 @@ def test_segments_finished_while_the_codec_is_busy_decode_together(backend: Mode
         # and one codec call each: d1-d3 (equal lengths here) in one batch, on CUDA one graph replay of 4 rows
         after = backend.device_times()
         assert (after.codec_calls - before.codec_calls, after.codec_items - before.codec_items) == (2, 4)
+    finally:
+        h.close()
+
+
+def test_a_named_num_step_is_exact_and_an_unnamed_one_is_chosen_and_reported(backend: ModelBackend) -> None:
+    """Audio.num_steps says what each segment ran: the request's own count, else the worker's default while
+    the card has room (here: nothing measured yet), else fewer down to the floor once the step clock says the
+    card is far too slow for what arrives."""
+    h = Harness(backend, num_step=6, min_num_step=3)
+    try:
+        h.inbox.put(ipc.Submit("named", "Named steps.", duration_s=0.6, num_step=4, seed=1))
+        h.inbox.put(ipc.Submit("default", "Default steps.", duration_s=0.6, seed=1))
+        got = h.until(lambda m: isinstance(m, ipc.Audio) and m.request_id == "default")
+        got += [] if any(isinstance(m, ipc.Audio) and m.request_id == "named" for m in got) else \
+            h.until(lambda m: isinstance(m, ipc.Audio) and m.request_id == "named")
+        steps = {m.request_id: m.num_steps for m in got if isinstance(m, ipc.Audio)}
+        assert steps == {"named": 4, "default": 6}
+        # A card measured at one second per full step carries ~4096 token-steps per second: a dozen first
+        # segments (due in 0.3 s) at 6 steps each is far past that, so the later ones get the floor; a named
+        # count still gets its own.
+        for _ in range(30):
+            h.loop.step_clock.observe(4096, 1.0)
+        for i in range(12):
+            h.inbox.put(ipc.Submit(f"load{i}", "Many segments at once.", duration_s=0.6, seed=i, priority=0))
+        h.inbox.put(ipc.Submit("named2", "Named steps.", duration_s=0.6, num_step=5, seed=1))
+        audio: dict[str, int] = {}
+        while len(audio) < 13:
+            m = h.until(lambda m: isinstance(m, ipc.Audio))[-1]
+            assert isinstance(m, ipc.Audio)
+            audio[m.request_id] = m.num_steps
+        assert audio.pop("named2") == 5
+        assert all(3 <= n <= 6 for n in audio.values()) and audio["load11"] == 3, audio
     finally:
         h.close()

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from realtime_tts.engine import ipc
-from realtime_tts.gpu_worker.loop import ModelBackend, WorkerLoop
+from realtime_tts.gpu_worker.backend import ModelBackend
+from realtime_tts.gpu_worker.loop import WorkerLoop
 from realtime_tts.gpu_worker.prompts import GENERATED_RMS
 
 

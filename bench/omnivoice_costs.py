@@ -192,6 +192,8 @@ _ACTIVITY = re.compile(
     r"GPU (?P<gpu_pct>[\d.]+)% busy in steps, idle gaps (?P<gap_ms>[\d.]+) ms per step, "
     r"codec (?P<codec_pct>[\d.]+)% of the GPU, (?P<decodes>\d+) decodes of (?P<decoded>\d+) segments, "
     r"(?P<decode_ms>[\d.]+) ms each")
+# Later fields of the same line (newer workers): segments admitted in the window and their mean tokens per step.
+_ADMITTED = re.compile(r"(?P<admitted>\d+) segments admitted of (?P<segment_tokens>[\d.]+) tokens each")
 
 
 def parse_step_times(log: str) -> list[list[float]] | None:
@@ -218,6 +220,9 @@ def parse_activity(log: str) -> list[dict[str, float]]:
             continue
         row: dict[str, float] = {k: float(v) for k, v in m.groupdict().items() if k != "at"}
         row["t"] = dt.datetime.strptime(m.group("at"), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        admitted = _ADMITTED.search(line)
+        if admitted is not None:
+            row.update({k: float(v) for k, v in admitted.groupdict().items()})
         out.append(row)
     return out
 
@@ -231,7 +236,11 @@ def run_activity(activity: list[dict[str, float]], start: float, end: float,
     if not rows or steps <= 0:
         return None
     decodes = sum(a["decodes"] for a in rows)
+    admitted = sum(a.get("admitted", 0.0) for a in rows)
     return {"windows": len(rows),
+            "segments_admitted": admitted,
+            "tokens_per_segment": sum(a.get("admitted", 0.0) * a.get("segment_tokens", 0.0) for a in rows) / admitted
+            if admitted else float("nan"),
             "tokens_per_step": sum(a["tokens"] * a["steps_per_s"] for a in rows) / steps,
             "items_per_step": sum(a["items"] * a["steps_per_s"] for a in rows) / steps,
             "decodes": decodes, "decoded": sum(a["decoded"] for a in rows),

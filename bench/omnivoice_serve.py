@@ -215,10 +215,20 @@ def main() -> None:
     errors = [e for r in agent_rows for e in r["errors"]] + [e for r, _ in load_rows for e in r["errors"]]
     if errors:
         lines += ["", "Errors (first few): " + "; ".join(errors[:5])]
+    log = log_path.read_text(errors="replace") if server_log is not None else ""
+    activity = parse_activity(log)
+    names = [f"{r['agents']} agents" for r in agent_rows] + [f"load {r['requests']} @ {r['rate_per_s']:g}/s"
+                                                             for r, _ in load_rows]
+    per_run = [(name, run_activity(activity, *span)) for name, span in zip(names, windows, strict=True)]
+    if any(a and a.get("segments_admitted") for _, a in per_run):
+        lines += ["", ("Segments admitted by the workers and their mean tokens per step (cond + uncond rows: text, "
+                       "the continuity prompt where there is one, the frames to generate), from the workers' "
+                       "activity lines:"), "", "| run | segments admitted | tokens per segment |", "|---|---|---|"]
+        lines += [f"| {name} | {a['segments_admitted']:.0f} | {a['tokens_per_segment']:.0f} |"
+                  for name, a in per_run if a and a.get("segments_admitted")]
     report = "\n".join(lines) + "\n"
     print(report)
     (out_dir / f"{args.name}.md").write_text(report)
-    log = log_path.read_text(errors="replace") if server_log is not None else ""
     for line in log.splitlines():  # what bench/h200_run.sh greps from its run.log
         if "serving graph buckets" in line or "step times" in line:
             print(line)

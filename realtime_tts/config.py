@@ -89,10 +89,20 @@ class OmniVoiceConfig:
                                        "projection and SwiGLU as one Triton GEMM (faster at bulk sizes on the "
                                        "H200, bench/results/omnivoice_gemm_h200.md); 0 = never.",
                                        default=8192)
+    fp8_matmuls: bool = _doc("Opt-in, GPUs with FP8 tensor cores (sm89+: H100/H200, L4, RTX 40xx): the backbone's "
+                             "four projections per layer in FP8 (e4m3 weights with a scale per output row, "
+                             "activations quantised per token). Faster steps at serving sizes "
+                             "(bench/results/omnivoice_fp8_h200.md); its effect on the released model's audio "
+                             "is not measured here.", default=False)
     scheduler_policy: str = _doc("How a GPU worker picks each step's batch: class (first segments, then "
                                  "streams, then bulk, under a token budget) or deadline (experimental: every "
                                  "segment gets a deadline; steps sized by a step-time model measured at "
                                  "start-up).", default="class")
+    continuity_prompt_max_s: float = _doc("One voice per conversation: the conversation's voice prompt (which "
+                                          "every later segment carries in every step) lasts between half this "
+                                          "and this: a first segment outside that is replaced by the first later "
+                                          "segment (the same voice) inside it; 0 = the first segment, whatever "
+                                          "its length.", default=4.0)
     voices_dir: str = _doc("Where saved voices (clone prompts) persist.", default="~/.cache/realtime_tts/voices")
     profile_worker: str = _doc("For measurements: each GPU worker samples where its step-loop, decode and "
                                "pipe-reader threads' wall time goes (stack samples every 2 ms) and writes it to "
@@ -357,6 +367,8 @@ def validate(cfg: Config) -> None:
     check(1 <= cfg.omnivoice.num_step <= 64, f"num_step must be 1..64, got {cfg.omnivoice.num_step}")
     check(1 <= cfg.omnivoice.min_num_step <= cfg.omnivoice.num_step,
           f"min_num_step must be 1..num_step ({cfg.omnivoice.num_step}), got {cfg.omnivoice.min_num_step}")
+    check(0 <= cfg.omnivoice.continuity_prompt_max_s <= 30,
+          f"continuity_prompt_max_s must be 0..30, got {cfg.omnivoice.continuity_prompt_max_s}")
     check(cfg.omnivoice.codec_graph_frames >= 0,
           f"codec_graph_frames must be >= 0, got {cfg.omnivoice.codec_graph_frames}")
     check(cfg.omnivoice.swiglu_gemm_min_tokens >= 0,

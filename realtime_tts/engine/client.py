@@ -364,6 +364,7 @@ class OmniVoiceEngine:
                                     codec_graph_frames=self._config.omnivoice.codec_graph_frames,
                                     precision=self._config.omnivoice.precision,
                                     swiglu_gemm_min_tokens=self._config.omnivoice.swiglu_gemm_min_tokens,
+                                    fp8_matmuls=self._config.omnivoice.fp8_matmuls,
                                     profile_path=self._config.omnivoice.profile_worker,
                                     num_threads=cpu_worker_threads(len(self._workers)) if w.device == "cpu" else 0)
         to_child_r, to_child_w = self._context.Pipe(duplex=False)

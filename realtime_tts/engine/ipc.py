@@ -52,6 +52,7 @@ class WorkerOptions(msgspec.Struct, frozen=True):
     policy: str = "class"  # scheduler policy: class | deadline (needs a measured step-time model)
     precision: str = "fp32"  # StepRunner(precision=...): fp32 | reference
     swiglu_gemm_min_tokens: int = 0  # StepRunner(swiglu_gemm_min_tokens=...); 0 = never
+    fp8_matmuls: bool = False  # StepRunner(fp8_matmuls=...)
     stats_interval_s: float = 0.25
     profile_path: str = ""  # config omnivoice.profile_worker: thread stack samples to PATH.worker<N>.txt at exit
 

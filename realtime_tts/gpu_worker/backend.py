@@ -113,6 +113,7 @@ class ModelBackend:
         self.runner = StepRunner(self.model, max_graphs=400, max_slots=options.max_active,
                                  codec_graph_frames=options.codec_graph_frames, precision=options.precision,
                                  swiglu_gemm_min_tokens=options.swiglu_gemm_min_tokens,
+                                 fp8_matmuls=options.fp8_matmuls,
                                  capture_lock=self._cuda_lock)
         self._budget = options.max_batch_tokens
         self._policy = options.policy

@@ -54,6 +54,8 @@ class _Activity:
     decodes: int = 0
     decoded: int = 0  # segments decoded
     decode_s: float = 0.0
+    admitted: int = 0  # segments admitted to the scheduler
+    admitted_tokens: int = 0  # their tokens per step, summed (a conditioned segment's include its prompt)
     chosen: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)  # steps chosen
 
     def line(self, now: float, times: DeviceTimes) -> str:
@@ -69,7 +71,8 @@ class _Activity:
                 f"{1000 * gap / per:.2f} ms per step, codec {100 * (times.codec_s - self.start.codec_s) / span:.0f}% "
                 f"of the GPU, {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each, "
                 f"{calls} codec calls of {(times.codec_items - self.start.codec_items) / max(1, calls):.1f} "
-                f"items" + (", steps chosen " + ", ".join(f"{n}×{c}" for n, c in sorted(self.chosen.items()))
+                f"items, {self.admitted} segments admitted of "
+                f"{self.admitted_tokens / max(1, self.admitted):.0f} tokens each" + (", steps chosen " + ", ".join(f"{n}×{c}" for n, c in sorted(self.chosen.items()))
                              if self.chosen else ""))
 
 
@@ -312,8 +315,11 @@ class WorkerLoop:
             self.backend.release(state)
             return
         self.steps.admitted(num_tokens, num_steps, chosen=not named)
+        act = self._activity
+        act.admitted += 1
+        act.admitted_tokens += num_tokens
         if not named:
-            self._activity.chosen[num_steps] += 1
+            act.chosen[num_steps] += 1
         self.segments[submit.request_id] = _Segment(state, now, submit.priority, submit.keep_codes, num_steps)
         self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
                            priority=submit.priority, deadline_s=submit.deadline_s)

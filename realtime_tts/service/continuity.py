@@ -7,7 +7,11 @@ is conditioned on them: while they are being generated it names that segment (pr
 it until the codes exist, then starts it at once), afterwards it carries them as its prompt. chunk_mode
 "sequential" conditions each segment on the one before it instead (clone voices too); "concurrent" and
 "none" condition everything on the first. A clone voice stays its own prompt in concurrent mode. A request
-naming another voice starts a new thread of its own. Plain bookkeeping: imports engine.base and protocol.
+naming another voice starts a new thread of its own. The thread's prompt is capped in length: every later
+segment carries it in every step, so a 6 s first sentence costs 150 frames of tokens on each of them. While the
+prompt lasts outside [prompt_max_s / 2, prompt_max_s], later segments (conditioned on it: the same voice) keep
+their codes too, and the first of them whose audio falls inside becomes the prompt from then on.
+Plain bookkeeping: imports engine.base and protocol.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from realtime_tts.engine.base import SegmentRequest, Voice, VoicePrompt
 from realtime_tts.protocol import Params
 
 _HISTORY = 256  # recent (segment, the segment it was conditioned on) pairs, for logs and tests
+FRAMES_PER_S = 25  # OmniVoice's codec, the one engine with continuity: a prompt's num_frames per second
 
 
 def voice_signature(params: Params) -> tuple[str | None, ...]:
@@ -35,21 +40,27 @@ class VoiceThread:
         self.prompt: VoicePrompt | None = None  # the conversation's voice, once its first segment is generated
         self.source: str | None = None  # request_id of the segment being generated to become it
         self.source_owner: str | None = None  # the synthesis that segment belongs to
+        self.settled = False  # the prompt's length is within the cap's window: no later segment replaces it
         self.history: deque[tuple[str, str]] = deque(maxlen=_HISTORY)
 
     def adopt(self, signature: tuple[str | None, ...]) -> None:
         """A context with this voice opens: another voice than before starts over."""
         if signature != self.signature:
             self.signature, self.prompt, self.source, self.source_owner = signature, None, None, None
+            self.settled = False
 
 
 class Continuity:
     """One synthesis's side of a VoiceThread: shapes each SegmentRequest it plans and learns from the codes
     that come back."""
 
-    def __init__(self, synth_id: str, thread: VoiceThread, voice: Voice, *, chunk_mode: str):
+    def __init__(self, synth_id: str, thread: VoiceThread, voice: Voice, *, chunk_mode: str,
+                 prompt_max_s: float = 0.0):
+        """prompt_max_s: the cap on the thread's prompt (0: the first segment's codes, whatever their length)."""
         self._id = synth_id
         self._thread = thread
+        self._window = (prompt_max_s * FRAMES_PER_S / 2, prompt_max_s * FRAMES_PER_S) if prompt_max_s > 0 else None
+        self._candidates: set[str] = set()  # conditioned segments asked for their codes (a shorter prompt)
         self._sequential = chunk_mode == "sequential"
         self._threaded = voice.mode in ("auto", "design") and voice.prompt is None
         self._previous: str | None = None  # sequential: the request_id of the segment before
@@ -66,7 +77,7 @@ class Continuity:
     def _on_thread(self, index: int, request: SegmentRequest) -> SegmentRequest:
         t = self._thread
         if t.prompt is not None:
-            return self._conditioned(request, prompt=t.prompt, source=t.prompt.key or "")
+            return self._candidate(self._conditioned(request, prompt=t.prompt, source=t.prompt.key or ""))
         own_source = t.source is not None and t.source_owner == self._id
         if t.source is None or (index == 0 and own_source and t.source != request.request_id):
             # The conversation's first segment (or a new first guess of this synthesis, its earlier one dropped):
@@ -75,7 +86,18 @@ class Continuity:
             return dataclasses.replace(request, keep_codes=True)
         if t.source == request.request_id:
             return dataclasses.replace(request, keep_codes=True)
-        return self._conditioned(request, source=t.source)
+        return self._candidate(self._conditioned(request, source=t.source))
+
+    def _candidate(self, request: SegmentRequest) -> SegmentRequest:
+        """A conditioned segment keeps its codes while the thread's prompt may still be replaced by a shorter
+        (or longer, when it is too short to carry a voice) one of the same voice."""
+        if self._window is None or self._thread.settled:
+            return request
+        self._candidates.add(request.request_id)
+        return dataclasses.replace(request, keep_codes=True)
+
+    def _fits(self, prompt: VoicePrompt) -> bool:
+        return self._window is None or self._window[0] <= prompt.num_frames <= self._window[1]
 
     def _chain(self, index: int, request: SegmentRequest) -> SegmentRequest:
         """sequential: each segment on the one before; the first on the thread's voice when there is one."""
@@ -112,10 +134,15 @@ class Continuity:
         t = self._thread
         if t.source == request_id and t.prompt is None:
             t.prompt, t.source, t.source_owner = prompt, None, None
+            t.settled = self._fits(prompt)
+        elif request_id in self._candidates and t.prompt is not None and not t.settled and self._fits(prompt):
+            t.prompt, t.settled = prompt, True
+        self._candidates.discard(request_id)
 
     def finished(self, request_id: str) -> None:
         """A segment's request ended (done, failed or aborted): a source that never delivered frees the role."""
         t = self._thread
+        self._candidates.discard(request_id)
         if t.source == request_id:
             t.source, t.source_owner = None, None
         if self._sequential:

@@ -100,7 +100,7 @@ class Stats:
         ttfa_ms = (self.t_first_audio - t_text) * 1e3 if self.t_first_audio is not None else None
         audio_ms = self.samples_out / self.sample_rate * 1e3
         rss_end = rss_bytes()
-        return {
+        envelope: dict[str, Any] = {
             "t_total_ms": round(t_total_ms, 2),
             "ttfa_ms": round(ttfa_ms, 2) if ttfa_ms is not None else None,
             "queue_ms": round(self.first_queue_ms or 0.0, 2),
@@ -108,7 +108,6 @@ class Stats:
             "rtf": round(t_total_ms / audio_ms, 5) if audio_ms > 0 else None,
             "segments": self.num_segments,
             "batch_size_mean": round(float(np.mean(self.batch_sizes)), 3) if self.batch_sizes else None,
-            "num_steps": list(self.num_steps) if self.num_steps else None,
             "engine": caps.engine,
             "model": caps.model,
             "device": caps.device,
@@ -124,3 +123,6 @@ class Stats:
                 "vram_measured": False,
             },
         }
+        if self.num_steps:  # diffusion engines: the steps each finished segment ran, in order
+            envelope["num_steps"] = list(self.num_steps)
+        return envelope

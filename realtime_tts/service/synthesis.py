@@ -65,7 +65,8 @@ class Synthesis:
         if engine.capabilities.continuity and cfg.omnivoice.voice_continuity:
             self.voice_thread = voice_thread or VoiceThread()
             self.voice_thread.adopt(voice_signature(params))
-            continuity = Continuity(self.id, self.voice_thread, voice, chunk_mode=params.chunk_mode)
+            continuity = Continuity(self.id, self.voice_thread, voice, chunk_mode=params.chunk_mode,
+                                    prompt_max_s=cfg.omnivoice.continuity_prompt_max_s)
         self._plan = Plan(self.id, params, voice, engine=engine.capabilities.engine, streaming=streaming,
                           stats=self._stats, continuity=continuity)
         self._production = Production(self.id, engine, self._plan, lookahead=LOOKAHEAD[params.chunk_mode],

@@ -78,3 +78,58 @@ def test_sequential_skips_a_segment_that_gave_no_codes() -> None:
     c.finished("a-1")
     after = c.shape(2, req("a-2"))
     assert after.voice.prompt == gen("a-0")  # chained on a-0, not on a-1
+
+
+def gen_s(rid: str, seconds: float) -> VoicePrompt:
+    frames = round(seconds * 25)
+    return VoicePrompt("omnivoice", "Some text.", b"\x00\x00" * 8 * frames, 8, frames, 0.1, key=f"gen:{rid}",
+                       generated=True)
+
+
+def test_a_long_first_prompt_is_replaced_by_the_first_later_segment_within_the_cap() -> None:
+    thread = VoiceThread()
+    c = Continuity("a", thread, AUTO, chunk_mode="concurrent", prompt_max_s=4.0)
+    assert c.shape(0, req("a-0")).keep_codes
+    # conditioned on the first while it generates: they keep their codes too (any may become the prompt)
+    second = c.shape(1, req("a-1"))
+    assert second.prompt_from == "a-0" and second.keep_codes
+    c.learn("a-0", gen_s("a-0", 6.0))  # a 6 s first sentence: 150 frames on every later segment
+    assert thread.prompt == gen_s("a-0", 6.0) and not thread.settled
+    c.learn("a-1", gen_s("a-1", 1.0))  # too short to carry the voice: not taken
+    third = c.shape(2, req("a-2"))
+    assert third.voice.prompt == gen_s("a-0", 6.0) and third.keep_codes
+    c.learn("a-2", gen_s("a-2", 3.2))  # within [2, 4] s: the prompt from now on, and final
+    assert thread.prompt == gen_s("a-2", 3.2) and thread.settled
+    fourth = c.shape(3, req("a-3"))
+    assert fourth.voice.prompt == gen_s("a-2", 3.2) and not fourth.keep_codes
+    c.learn("a-3", gen_s("a-3", 2.5))  # codes it did not ask for change nothing
+    assert thread.prompt == gen_s("a-2", 3.2)
+    # a later context of the conversation starts on the capped prompt
+    later = Continuity("b", thread, AUTO, chunk_mode="concurrent", prompt_max_s=4.0).shape(0, req("b-0"))
+    assert later.voice.prompt == gen_s("a-2", 3.2) and not later.keep_codes
+
+
+def test_a_first_prompt_within_the_cap_stays_and_no_cap_keeps_the_first() -> None:
+    thread = VoiceThread()
+    c = Continuity("a", thread, AUTO, chunk_mode="concurrent", prompt_max_s=4.0)
+    c.shape(0, req("a-0"))
+    c.learn("a-0", gen_s("a-0", 2.4))
+    assert thread.settled and not c.shape(1, req("a-1")).keep_codes
+    uncapped = VoiceThread()
+    c = Continuity("b", uncapped, AUTO, chunk_mode="concurrent", prompt_max_s=0.0)
+    c.shape(0, req("b-0"))
+    c.learn("b-0", gen_s("b-0", 6.0))
+    nxt = c.shape(1, req("b-1"))
+    assert nxt.voice.prompt == gen_s("b-0", 6.0) and not nxt.keep_codes
+    c.learn("b-1", gen_s("b-1", 3.0))
+    assert uncapped.prompt == gen_s("b-0", 6.0)
+
+
+def test_another_voice_unsettles_the_cap() -> None:
+    thread = VoiceThread()
+    c = Continuity("a", thread, AUTO, chunk_mode="concurrent", prompt_max_s=4.0)
+    c.shape(0, req("a-0"))
+    c.learn("a-0", gen_s("a-0", 3.0))
+    assert thread.settled
+    thread.adopt(voice_signature(Params(voice="alloy", preset="alloy")))
+    assert thread.prompt is None and not thread.settled

@@ -24,6 +24,9 @@
 #              CODEC_ARGS                                                   → $OUT/omnivoice_codec_h200.{md,jsonl}
 #   CONTINUITY bench/omnivoice_continuity.py: one voice per conversation on vs off through the real server,
 #              agents CONT_AGENTS (1,25,100) and CONT_BULK (64) long texts  → $OUT/omnivoice_continuity.md
+#   FP8PROBE   bench/omnivoice_serve.py with --fp8-matmuls true (FP8_AGENTS agents, FP8_LOAD requests), py-spy
+#              dumps of every worker process every 3 s while it runs (a worker that stops answering shows where
+#              its threads are; needs the py-spy wheel in .gpuwhl)          → $OUT/fp8/
 # Logs of every stage land in $OUT/run.log. BUDGET_S (560) bounds the whole call.
 set -uo pipefail
 start=$SECONDS
@@ -43,6 +46,23 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
         timeout "${TESTS_S:-300}" python3 -m pytest -q -p no:cacheprovider $GPU_TEST_FILES >> "$OUT/gpu_tests_h200.txt" 2>&1; tail -3 "$OUT/gpu_tests_h200.txt"
     fi
     echo "gpu tests done at $((SECONDS - start)) s" | tee -a "$log"
+fi
+if [ "${FP8PROBE:-0}" = 1 ] && [ "$(left)" -gt 90 ]; then
+    mkdir -p "$OUT/fp8"
+    build=$([ -f "$ckpt/model.safetensors" ] || echo "--build full --word-tokenizer")
+    timeout -s INT "${FP8_S:-200}" python3 bench/omnivoice_serve.py --ckpt "$ckpt" $build --agents "${FP8_AGENTS:-60}" \
+        --load "${FP8_LOAD:-600}" --rate 100 --turns 1 --server-args "--fp8-matmuls true ${SERVER_ARGS:-}" \
+        --out-dir "$OUT/fp8" --name fp8_probe >> "$log" 2>&1 &
+    probe=$!
+    i=0
+    while kill -0 $probe 2>/dev/null; do
+        sleep 3; i=$((i + 1))
+        for pid in $(pgrep -f spawn_main); do
+            /tmp/site/bin/py-spy dump --pid "$pid" > "$OUT/fp8/pyspy_$(printf %03d $i)_$pid.txt" 2>&1
+        done
+    done
+    wait $probe; echo "fp8 probe: rc $? at $((SECONDS - start)) s" | tee -a "$log"
+    grep -E '^(agents|load) |no sign of life|Traceback' "$log" | tail -8
 fi
 if [ "${GEMM:-0}" = 1 ]; then
     timeout "${GEMM_S:-240}" python3 bench/omnivoice_gemm.py --out-dir "$OUT" ${GEMM_ARGS:-} >> "$log" 2>&1

@@ -40,7 +40,8 @@ class Backend(Protocol):
         submit.num_step is set (the loop resolves the worker's default)."""
 
     def with_num_steps(self, state: Any, num_steps: int) -> Any:
-        """A prepared state, not yet stepped, remade to run num_steps steps (the same tokens per step)."""
+        """A prepared state, not yet stepped, remade to run num_steps steps (the same tokens per step); may be
+        the same object, changed."""
 
     def step(self, states: list[Any]) -> None:
         """One diffusion step for every state (each at its own step index). May return before the device has
@@ -128,6 +129,8 @@ class ModelBackend:
             self.max_batch_items, self.max_batch_tokens, self.token_buckets = 256, 1 << 30, ()
         self._rng = random.Random()
         self._prompts: collections.OrderedDict[str, Any] = collections.OrderedDict()  # key → ClonePrompt
+        # (frames, steps, t_shift) → reveal schedule: load-adaptive steps remake waiting segments often
+        self._reveals: dict[tuple[int, int, float], tuple[int, ...]] = {}
         self.step_points: list[tuple[int, float]] | None = None
         # Codec decodes run on their own stream (decode thread), beside the steps instead of between them.
         self._decode_stream: Any = (torch.cuda.Stream(self.model.device)  # type: ignore[no-untyped-call]
@@ -232,10 +235,18 @@ class ModelBackend:
         return state, item.num_tokens, len(item.reveal)
 
     def with_num_steps(self, state: Any, num_steps: int) -> Any:
+        assert state.step == 0, "only a segment that has not started changes its steps"
         item = state.item
         params = dataclasses.replace(item.params, num_step=num_steps)
-        reveal = self._ov.reveal_schedule(item.num_frames, num_steps, params.t_shift, self.model.num_codebooks)
-        return self._ov.ItemState.start(dataclasses.replace(item, params=params, reveal=reveal))
+        key = (item.num_frames, num_steps, params.t_shift)
+        reveal = self._reveals.get(key)
+        if reveal is None:
+            if len(self._reveals) >= 8192:
+                self._reveals.clear()
+            reveal = self._reveals[key] = self._ov.reveal_schedule(item.num_frames, num_steps, params.t_shift,
+                                                                   self.model.num_codebooks)
+        state.item = dataclasses.replace(item, params=params, reveal=reveal)  # nothing revealed yet: same grid
+        return state
 
     def step(self, states: list[Any]) -> None:
         self.runner.step(states)

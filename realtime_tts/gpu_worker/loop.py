@@ -56,7 +56,7 @@ class _Activity:
     decode_s: float = 0.0
     admitted: int = 0  # segments admitted to the scheduler
     admitted_tokens: int = 0  # their tokens per step, summed (a conditioned segment's include its prompt)
-    chosen: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)  # steps chosen
+    chosen: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)  # steps at start
 
     def line(self, now: float, times: DeviceTimes) -> str:
         span = max(1e-9, now - self.since)
@@ -72,8 +72,11 @@ class _Activity:
                 f"of the GPU, {self.decodes} decodes of {self.decoded} segments, {decode_ms:.1f} ms each, "
                 f"{calls} codec calls of {(times.codec_items - self.start.codec_items) / max(1, calls):.1f} "
                 f"items, {self.admitted} segments admitted of "
-                f"{self.admitted_tokens / max(1, self.admitted):.0f} tokens each" + (", steps chosen " + ", ".join(f"{n}×{c}" for n, c in sorted(self.chosen.items()))
-                             if self.chosen else ""))
+                f"{self.admitted_tokens / max(1, self.admitted):.0f} tokens each" + self._chosen())
+
+    def _chosen(self) -> str:
+        """Load-adaptive steps: how many segments that started in the window ran each step count."""
+        return ", steps chosen " + ", ".join(f"{n}×{c}" for n, c in sorted(self.chosen.items())) if self.chosen else ""
 
 
 @dataclass(slots=True)
@@ -96,6 +99,7 @@ class _Segment:
     priority: int
     keep_codes: bool = False  # Submit.keep_codes: codes go back with the audio and to dependents
     num_steps: int = 0  # diffusion steps it runs (named by the request or chosen at admission)
+    adjustable: bool = False  # its request named no num_step: it runs the step level's count until it starts
     queue_ms: float = 0.0
     sum_batch: int = 0  # sum over its steps of the batch size, for the mean
     num_steps_run: int = 0
@@ -180,6 +184,8 @@ class WorkerLoop:
         # min_num_step) only when the step clock says the card could not carry that (steps.py).
         self.steps = StepChooser(options.num_step, min(options.min_num_step, options.num_step),
                                  headroom=options.step_headroom)
+        self._level = options.num_step  # the step level last applied to waiting segments
+        self._level_dirty = False  # adjustable segments admitted since (the next step recomputes it)
         self._last_step_end: float | None = None  # perf_counter at the end of the last step while busy
         self._num_submits = 0  # Submits taken (ipc.Stats.num_submits)
         self._tokens_per_char = _Mean()  # tokens of a segment per character of its text (unprompted ones)
@@ -215,6 +221,8 @@ class WorkerLoop:
                     break
                 t0 = time.perf_counter()
                 wait0 = self.backend.device_times().wait_s
+                if self._level_dirty:
+                    self._relevel()
                 plan = self.scheduler.schedule()  # cancelled segments were dropped when cancelled
                 if plan.batch:
                     self._run_step(plan)
@@ -306,27 +314,37 @@ class WorkerLoop:
         if submit.prompt is None and submit.prompt_from is None and submit.text:
             self._tokens_per_char.observe(num_tokens / len(submit.text))
         now = time.monotonic()
-        if not named and self.steps.adaptive:
-            chosen = self.steps.choose(num_tokens, due_s(submit.priority, submit.deadline_s, now),
-                                       self._live_work(), self._capacity())
-            if chosen != num_steps:
-                state, num_steps = self.backend.with_num_steps(state, chosen), chosen
+        if not named and self.steps.adaptive and self._level != num_steps:  # the last level; _relevel() revises it
+            state, num_steps = self.backend.with_num_steps(state, self._level), self._level
         if submit.priority == 0 and self._refuse(submit.request_id, num_tokens, num_steps):
             self.backend.release(state)
             return
-        self.steps.admitted(num_tokens, num_steps, chosen=not named)
+        self._level_dirty = self._level_dirty or (not named and self.steps.adaptive)
         act = self._activity
         act.admitted += 1
         act.admitted_tokens += num_tokens
-        if not named:
-            act.chosen[num_steps] += 1
-        self.segments[submit.request_id] = _Segment(state, now, submit.priority, submit.keep_codes, num_steps)
+        self.segments[submit.request_id] = _Segment(state, now, submit.priority, submit.keep_codes, num_steps,
+                                                    adjustable=not named)
         self.scheduler.add(submit.request_id, num_tokens=num_tokens, num_steps=num_steps,
                            priority=submit.priority, deadline_s=submit.deadline_s)
 
-    def _live_work(self) -> list[Work]:
-        return [Work(due_s(priority, deadline_s, arrival_s), tokens * steps_left)
-                for priority, deadline_s, arrival_s, tokens, steps_left in self.scheduler.live()]
+    def _relevel(self) -> None:
+        """Before a step, when segments were admitted since the last one: the step level from the deadlines in
+        flight (steps.py), and the waiting adjustable segments remade to it when it moved (so a burst admitted
+        at once is judged as a whole before any of it starts)."""
+        self._level_dirty = False
+        live = []
+        for request_id, priority, deadline_s, arrival_s, tokens, steps_left, started in self.scheduler.live():
+            adjustable = not started and self.segments[request_id].adjustable
+            live.append(Work(due_s(priority, deadline_s, arrival_s), tokens, steps_left, adjustable))
+        level = self.steps.level(live, self._capacity())
+        for request_id, *_, started in self.scheduler.live():
+            segment = self.segments[request_id]
+            if not started and segment.adjustable and segment.num_steps != level:
+                segment.state = self.backend.with_num_steps(segment.state, level)
+                segment.num_steps = level
+                self.scheduler.set_steps(request_id, level)
+        self._level = level
 
     def _capacity(self) -> float | None:
         """Token-steps per second the card carries flat out: a full step's tokens over its measured time."""
@@ -360,6 +378,8 @@ class WorkerLoop:
             segment = self.segments[request_id]
             segment.queue_ms = (now - segment.submitted_s) * 1000.0
             segment.gen_start_s = now
+            if segment.adjustable:
+                self._activity.chosen[segment.num_steps] += 1
         batch = [self.segments[r] for r in plan.batch]
         t0 = time.perf_counter()
         try:

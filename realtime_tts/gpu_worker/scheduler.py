@@ -421,10 +421,20 @@ class Scheduler:
         running = [(it.num_tokens, it.num_steps - it.steps_done) for it in ahead if it.steps_done]
         return running, sum(it.num_tokens for it in ahead if not it.steps_done)
 
-    def live(self) -> list[tuple[int, float | None, float, int, int]]:
-        """(priority, deadline_s, arrival, tokens, steps left) of every live item (steps.py's view of the load)."""
-        return [(it.priority, it.deadline_s, it.arrival_s, it.num_tokens, it.num_steps - it.steps_done)
-                for it in self._items.values()]
+    def live(self) -> list[tuple[str, int, float | None, float, int, int, bool]]:
+        """(request_id, priority, deadline_s, arrival, tokens, steps left, started) of every live item (steps.py's
+        view of the load)."""
+        return [(it.request_id, it.priority, it.deadline_s, it.arrival_s, it.num_tokens,
+                 it.num_steps - it.steps_done, it.steps_done > 0) for it in self._items.values()]
+
+    def set_steps(self, request_id: str, num_steps: int) -> None:
+        """A waiting item's step count changes (load-adaptive steps); a started one's is fixed."""
+        item = self._items[request_id]
+        if item.steps_done:
+            raise ValueError(f"{request_id!r} has started: its step count is fixed")
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        item.num_steps = num_steps
 
     def stats(self) -> SchedulerStats:
         running = sum(1 for it in self._items.values() if it.steps_done > 0)

@@ -1,5 +1,5 @@
-"""Load-adaptive steps without a GPU: the full count while the card carries it, fewer only when deadlines in
-flight or the sustained demand say it could not, never below the floor; a fake clock drives time."""
+"""Load-adaptive steps without a GPU: the full count while the card meets every deadline in flight, a uniform
+cut only when it otherwise could not, never below the floor; a fake clock drives time."""
 
 from __future__ import annotations
 
@@ -19,91 +19,71 @@ class Clock:
 CAPACITY = 1_000_000.0  # token-steps per second (an H200-sized card: 4096 tokens in ~4 ms)
 
 
-def chooser(clock: Clock, **kw: object) -> StepChooser:
-    return StepChooser(num_step=32, min_num_step=16, clock=clock, **kw)  # type: ignore[arg-type]
+def chooser(clock: Clock, **kw: float) -> StepChooser:
+    return StepChooser(num_step=32, min_num_step=16, headroom=1.0, clock=clock, **kw)  # type: ignore[arg-type]
 
 
-def arrive(c: StepChooser, clock: Clock, tokens: int, live: list[Work] | None = None,
-           due_in_s: float = FIRST_TARGET_S, capacity: float | None = CAPACITY) -> int:
-    n = c.choose(tokens, clock.now + due_in_s, live or [], capacity)
-    c.admitted(tokens, n, chosen=True)
-    return n
+def waiting(clock: Clock, due_in_s: float, tokens: int, n: int = 1) -> list[Work]:
+    return [Work(clock.now + due_in_s, tokens, 32, True) for _ in range(n)]
 
 
-def test_full_count_while_the_card_has_room_and_while_nothing_is_measured() -> None:
+def test_full_count_while_every_deadline_is_met_and_while_nothing_is_measured() -> None:
     clock = Clock()
     c = chooser(clock)
-    assert arrive(c, clock, 400, capacity=None) == 32  # a cold worker: nothing to judge by
-    for _ in range(50):  # 50 segments of 400 tokens over 5 s: 0.13 M token-steps/s of 1 M
-        clock.now += 0.1
-        assert arrive(c, clock, 400) == 32
+    # 30 first segments of 300 tokens due in 0.3 s: 288 k token-steps at 32 steps, 300 k of room
+    assert c.level(waiting(clock, 0.3, 300, 30), CAPACITY) == 32
+    assert c.level(waiting(clock, 0.3, 300, 3000), None) == 32  # a cold worker: nothing to judge by
 
 
 def test_off_when_the_floor_is_the_count() -> None:
     clock = Clock()
     c = StepChooser(num_step=32, min_num_step=32, clock=clock)
     assert not c.adaptive
-    assert c.choose(4000, clock.now, [Work(clock.now, 10**9)], CAPACITY) == 32
+    assert c.level(waiting(clock, 0.1, 4000, 100), CAPACITY) == 32
 
 
-def test_sustained_demand_past_headroom_scales_steps_down_and_holds_steady() -> None:
-    clock = Clock()
-    c = chooser(clock, headroom=0.9, window_s=3.0)
-    # 1.35 M token-steps/s at the full count (a segment of 422 tokens every 10 ms) against 0.9 M allowed
-    counts = []
-    for _ in range(1500):
-        clock.now += 0.01
-        counts.append(arrive(c, clock, 422, due_in_s=5.0))
-    steady = counts[-300:]
-    # demand is counted at the full count, so the choice settles instead of swinging back up as steps fall
-    assert max(steady) - min(steady) <= 1, sorted(set(steady))
-    assert steady[-1] == 21  # 32 × 0.9 / 1.35 = 21.3
-    # the work admitted per second is then within the headroom
-    assert 422 * steady[-1] * 100 <= 0.9 * CAPACITY
-
-
-def test_never_below_the_floor() -> None:
+def test_more_work_than_the_deadlines_allow_cuts_every_adjustable_segment_alike() -> None:
     clock = Clock()
     c = chooser(clock)
-    for _ in range(600):
-        clock.now += 0.005
-        n = arrive(c, clock, 2000, due_in_s=5.0)  # 12.8 M token-steps/s: 14× the card
-    assert n == 16
+    # 50 segments of 300 tokens due in 0.3 s: 480 k token-steps at 32 steps, 300 k of room → 20 steps
+    assert c.level(waiting(clock, 0.3, 300, 50), CAPACITY) == 20
+    # the same work due later fits
+    assert c.level(waiting(clock, 0.6, 300, 50), CAPACITY) == 32
 
 
-def test_the_demand_window_forgets_a_burst() -> None:
-    clock = Clock()
-    c = chooser(clock, window_s=3.0)
-    for _ in range(400):
-        clock.now += 0.005
-        arrive(c, clock, 1000, due_in_s=5.0)
-    assert arrive(c, clock, 1000, due_in_s=5.0) == 16
-    clock.now += 20.0  # quiet for ~7 windows
-    assert arrive(c, clock, 1000, due_in_s=5.0) == 32
-
-
-def test_work_due_first_leaves_the_new_segment_fewer_steps() -> None:
+def test_started_work_is_fixed_and_counts_first() -> None:
     clock = Clock()
     c = chooser(clock)
-    now = clock.now
-    # 250 k token-steps due before the new first segment (due in 0.3 s): 50 k token-steps of room left, 2000
-    # tokens per step → 25 steps; with the work due after it instead, the full count
-    ahead = [Work(now + 0.2, 250_000)]
-    assert c.choose(2000, now + 0.3, ahead, CAPACITY) == 25
-    assert c.choose(2000, now + 0.3, [Work(now + 2.0, 250_000)], CAPACITY) == 32
-    # so much due first that not even the floor fits: the floor (overload is admission's to refuse)
-    assert c.choose(2000, now + 0.3, [Work(now + 0.2, 400_000)], CAPACITY) == 16
+    started = [Work(clock.now + 0.2, 2000, 50, False)]  # 100 k token-steps that will run whatever we choose
+    # 30 waiting segments of 300 tokens due in 0.3 s: 200 k of room left for 288 k at 32 → 22 steps
+    assert c.level(started + waiting(clock, 0.3, 300, 30), CAPACITY) == 22
+    # a named num_step is fixed work too: 240 k token-steps due in 0.25 s leave 60 k by 0.3 s for 96 k at 32
+    named = [Work(clock.now + 0.25, 300, 32, False) for _ in range(25)]
+    assert c.level(named + waiting(clock, 0.3, 300, 10), CAPACITY) == 20
 
 
-def test_a_later_segment_the_new_one_would_make_late_limits_it() -> None:
+def test_never_below_the_floor_and_a_deadline_already_past_is_no_constraint() -> None:
     clock = Clock()
     c = chooser(clock)
-    now = clock.now
-    # due after the new one, 280 k token-steps by now + 0.3 s of 300 k: the new one (1000 tokens) may add 20 k
-    later = [Work(now + 0.3, 280_000)]
-    assert c.choose(1000, now + 0.1, later, CAPACITY) == 20
-    # one that is late whatever the new segment does is no reason to cut it
-    assert c.choose(1000, now + 0.1, [Work(now + 0.3, 900_000)], CAPACITY) == 32
+    assert c.level(waiting(clock, 0.3, 2000, 500), CAPACITY) == 16  # 14× the card: the floor
+    # one segment already late (its due time passed): no reason to cut the rest, which all fit
+    late = [Work(clock.now - 0.05, 300, 32, True)]
+    assert c.level(late + waiting(clock, 2.0, 300, 10), CAPACITY) == 32
+
+
+def test_later_deadlines_see_the_earlier_work() -> None:
+    clock = Clock()
+    c = chooser(clock)
+    # each group alone fits by its own due time; together the second group's due time is the binding one:
+    # 20 × 300 × 32 (due 0.2 s) + 40 × 300 × 32 (due 0.5 s) = 576 k token-steps by 0.5 s, 500 k of room
+    work = waiting(clock, 0.2, 300, 20) + waiting(clock, 0.5, 300, 40)
+    assert c.level(work, CAPACITY) == 27  # 32 × 500 / 576 = 27.8
+
+
+def test_headroom_keeps_a_share_of_the_card_free() -> None:
+    clock = Clock()
+    c = StepChooser(num_step=32, min_num_step=16, headroom=0.8, clock=clock)
+    assert c.level(waiting(clock, 0.3, 300, 30), CAPACITY) == 26  # 240 k of room for 288 k
 
 
 def test_due_time_by_class_and_deadline() -> None:
@@ -112,7 +92,7 @@ def test_due_time_by_class_and_deadline() -> None:
     assert due_s(1, 12.5, 10.0) == 12.5 - DELIVERY_S
 
 
-@pytest.mark.parametrize("kw", [{"min_num_step": 0}, {"min_num_step": 40}, {"headroom": 0.0}, {"window_s": 0.0}])
+@pytest.mark.parametrize("kw", [{"min_num_step": 0}, {"min_num_step": 40}, {"headroom": 0.0}, {"headroom": 1.5}])
 def test_bad_settings_are_refused(kw: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         StepChooser(**{"num_step": 32, "min_num_step": 16, **kw})  # type: ignore[arg-type]

@@ -61,11 +61,11 @@ def test_backlog_wait_is_the_worker_prediction_less_the_steps_since_the_report()
 
 def test_a_cold_worker_admits_everything() -> None:
     w = _Worker(0, "cpu", status="ok")
-    assert predicted_start(w, submit(), time.monotonic(), 0.001).admit
+    assert predicted_start(w, submit(), time.monotonic(), 0.001, 32).admit
     # reported, but its step clock has not measured a step yet (full_step_ms 0)
     w.take_stats(ipc.Stats(0, 500, 100, 0, 0, 0, 0.0, 0, 0, at_s=time.monotonic(), budget_tokens=BUDGET,
                            running=[(BUDGET, 32)], waiting_tokens=100_000, tokens_per_char=2.0))
-    assert w.backlog is None and predicted_start(w, submit(), time.monotonic(), 0.001).admit
+    assert w.backlog is None and predicted_start(w, submit(), time.monotonic(), 0.001, 32).admit
 
 
 def test_the_web_refuses_what_the_report_and_the_segments_sent_since_say_cannot_start_in_time() -> None:
@@ -74,17 +74,17 @@ def test_the_web_refuses_what_the_report_and_the_segments_sent_since_say_cannot_
     # a full batch, half of it finishing in 5 steps: a 100-token segment starts in 5 steps (50 ms)
     w.take_stats(report(now, running=[(500, 5), (500, 20)], num_submits=7))
     assert estimate_tokens(submit(), w.tokens_per_char) == 100
-    d = predicted_start(w, submit(), now, 1.0)
+    d = predicted_start(w, submit(), now, 1.0, 32)
     assert d.admit and d.wait_s == pytest.approx(0.05, abs=1e-6)
     # 40 first segments sent since (100 tokens each): 4000 tokens pass through the batch ahead of it
     for i in range(40):
         w.num_sent += 1
         w.unseen_first.append((7 + i + 1, 100))
-    d = predicted_start(w, submit(), now, 1.0)
+    d = predicted_start(w, submit(), now, 1.0, 32)
     assert not d.admit and d.wait_s > 1.0 and d.retry_after_ms >= 100
     # ...which the next report has taken (and its worker has started): the backlog is the report's again
     w.take_stats(report(now, running=[(500, 5), (500, 20)], num_submits=47))
-    assert not w.unseen_first and predicted_start(w, submit(), now, 1.0).admit
+    assert not w.unseen_first and predicted_start(w, submit(), now, 1.0, 32).admit
     # only first segments count: later segments of a playing response wait behind them, not ahead
     assert estimate_tokens(submit(priority=2), 0.0) == 0
 

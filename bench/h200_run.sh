@@ -25,7 +25,7 @@
 #   CONTINUITY bench/omnivoice_continuity.py: one voice per conversation on vs off through the real server,
 #              agents CONT_AGENTS (1,25,100) and CONT_BULK (64) long texts  → $OUT/omnivoice_continuity.md
 #   FP8PROBE   bench/omnivoice_serve.py with --fp8-matmuls true (FP8_AGENTS agents, FP8_LOAD requests), py-spy
-#              dumps of every worker process every 3 s while it runs (a worker that stops answering shows where
+#              dumps of every worker process every 3 s while it runs, one file (a worker that stops answering shows where
 #              its threads are; needs the py-spy wheel in .gpuwhl)          → $OUT/fp8/
 # Logs of every stage land in $OUT/run.log. BUDGET_S (560) bounds the whole call.
 set -uo pipefail
@@ -58,7 +58,8 @@ if [ "${FP8PROBE:-0}" = 1 ] && [ "$(left)" -gt 90 ]; then
     while kill -0 $probe 2>/dev/null; do
         sleep 3; i=$((i + 1))
         for pid in $(pgrep -f spawn_main); do
-            /tmp/site/bin/py-spy dump --pid "$pid" > "$OUT/fp8/pyspy_$(printf %03d $i)_$pid.txt" 2>&1
+            { echo "=== dump $i at $((SECONDS - start)) s, pid $pid"; /tmp/site/bin/py-spy dump --pid "$pid" 2>&1; } \
+                >> "$OUT/fp8/pyspy.txt"
         done
     done
     wait $probe; echo "fp8 probe: rc $? at $((SECONDS - start)) s" | tee -a "$log"
